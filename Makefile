@@ -1,0 +1,48 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+# Both create .venv from scratch when it is missing (via the idempotent `make setup`).
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.setup-stamp
+# MNN and the PP-OCR model wheel are installed without their dependencies on purpose:
+# MNN's own CLI scripts pip-install extra packages at run time, and rapidocr is only used for its models.
+NODEPS_PKGS := MNN==3.6.1 rapidocr-onnxruntime==1.4.4
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint typecheck bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps $(NODEPS_PKGS)
+	@command -v adb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && apt-get install -y -qq adb >/dev/null) || echo "note: could not install Debian adb; device tests that need it will be skipped"; \
+	  else echo "note: adb not installed and not root; device tests that need it will be skipped"; fi; }
+	@touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/qnn-debug demo --out demo-runs
+
+test: setup
+	$(PY) -m ruff check skill server tests bench
+	$(PY) -m mypy
+	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
+
+lint: setup
+	$(PY) -m ruff check skill server tests bench
+
+typecheck: setup
+	$(PY) -m mypy
+
+bench: setup
+	$(PY) bench/first_failing_op.py
+	$(PY) bench/compare_scale.py
+	$(PY) bench/mcp_startup.py
+
+clean:
+	rm -rf $(VENV) demo-runs qnn-debug-runs .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,21 @@
+"""The typer application object; command modules register themselves on it."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="qnn-debug",
+    help=(
+        "Debug MNN's Qualcomm QNN (HTP/NPU) backend: build a trusted CPU baseline, dump every QNN tensor, "
+        "find the first failing operator and tell a real bug from fp16 or quantization error."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Debug MNN's QNN backend. Add --json to any command for machine-readable output, --debug for tracebacks."""

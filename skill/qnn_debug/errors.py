@@ -1,0 +1,54 @@
+"""Typed errors with exit codes and a next step, so no caller ever shows a traceback to a user.
+
+Every error the engine raises on purpose derives from :class:`QnnDebugError`. The CLI maps
+``exit_code`` to the process status; the MCP server turns the message plus ``hint`` into a ToolError.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class QnnDebugError(Exception):
+    """Base class: a one-line ``message`` saying what was wrong and a ``hint`` saying what to do."""
+
+    exit_code = 1
+    kind = "error"
+
+    def __init__(self, message: str, *, hint: str | None = None, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.details = details or {}
+
+    def one_line(self) -> str:
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": self.kind, "message": self.message, "hint": self.hint, "details": self.details}
+
+
+class BadInputError(QnnDebugError):
+    """The user's input is wrong: missing file, corrupt model, mismatched inputs, bad option. Exit 2."""
+
+    exit_code = 2
+    kind = "bad_input"
+
+
+class TargetError(QnnDebugError):
+    """A target (HTP simulator, MNN, device, host build) failed to run the model. Exit 3."""
+
+    exit_code = 3
+    kind = "target_failure"
+
+
+class UnsupportedOnTargetError(TargetError):
+    """Some nodes would not run on the QNN target; we refuse to fall back to CPU silently."""
+
+    kind = "unsupported_nodes"
+
+
+class DeviceError(TargetError):
+    """adb/device problems: no device, unauthorized, offline, timeouts."""
+
+    kind = "device_failure"

@@ -1,0 +1,354 @@
+"""The run store: one directory per run, reloadable, so a comparison never needs a re-run.
+
+Layout of a run directory::
+
+    run.json                 RunRecord (what ran, with what, and every captured tensor)
+    tensors/NNNN_<name>.npy  float view of each tensor, in the *model's* layout (NCHW for ONNX/MNN)
+    tensors/NNNN_<name>.q.npy  raw integers for quantized tensors (scale/zero-point in run.json)
+    logs/                    stdout/stderr of workers and tools, kept for triage
+
+``run.json`` is written last and atomically: a directory without it is an incomplete run and
+``load_run`` says so. Tensors are ``.npy`` files so they can be memory-mapped; a 2 GiB run is
+compared without ever being held in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, Field, ValidationError
+
+from .errors import BadInputError
+
+SCHEMA_VERSION = 1
+RUN_FILE = "run.json"
+TENSOR_DIR = "tensors"
+LOG_DIR = "logs"
+
+RunRole = Literal["reference", "fp16_floor", "target", "mnn_cpu", "imported"]
+TensorKind = Literal["input", "activation", "output", "stage", "constant"]
+
+
+class TensorSpec(BaseModel):
+    """A model input or output as declared by the model."""
+
+    name: str
+    shape: list[int | str | None]
+    dtype: str
+
+
+class ModelInfo(BaseModel):
+    path: str
+    sha256: str
+    format: Literal["onnx", "mnn", "other"]
+    inputs: list[TensorSpec] = Field(default_factory=list)
+    outputs: list[TensorSpec] = Field(default_factory=list)
+
+
+class InputInfo(BaseModel):
+    """Where the input data came from and a hash of it, so two runs can be checked for the same input."""
+
+    sha256: str
+    source: str  # "npz:<path>", "random:seed=<n>", "testdir:<path>", ...
+    names: list[str] = Field(default_factory=list)
+    shapes: dict[str, list[int]] = Field(default_factory=dict)
+
+
+class QuantParams(BaseModel):
+    """Quantization of the raw integers: ``float = (q + offset) * scale`` (QNN's convention).
+
+    ``zero_point`` follows ONNX's convention (``float = (q - zero_point) * scale``); we store both
+    forms explicitly so nobody has to remember a sign. ``axis`` is set for per-channel encodings.
+    """
+
+    scale: float | list[float]
+    offset: int | list[int]
+    axis: int | None = None
+    raw_file: str
+    raw_dtype: str
+    convention: str = "float = (q + offset) * scale"
+
+    @property
+    def zero_point(self) -> int | list[int]:
+        return [-o for o in self.offset] if isinstance(self.offset, list) else -self.offset
+
+
+class TensorRecord(BaseModel):
+    """One captured tensor: what it is, who produced it, and where its bytes live."""
+
+    name: str
+    file: str
+    shape: list[int]
+    dtype: str  # dtype of the stored float view
+    source_dtype: str  # dtype the target produced (e.g. float16, uint8, int32)
+    op: str | None = None  # producing node/op name (None for graph inputs)
+    op_type: str | None = None
+    position: int = -1  # index of the producing op in execution order; -1 for graph inputs
+    kind: TensorKind = "activation"
+    label: str | None = None  # e.g. "fp16 cast stage", "internal stage of conv1"
+    target_name: str | None = None  # the name the target used (e.g. "t3", "conv1_token_1")
+    layout_note: str | None = None  # e.g. "restored NCHW from NHWC 1x32x32x16"
+    quant: QuantParams | None = None
+
+
+class RunRecord(BaseModel):
+    """What ran: model, inputs, target, precision, versions, timing, assignment and all tensors."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
+    role: RunRole
+    target: str  # "ort-cpu", "fp16-floor", "mnn-cpu", "htp-sim", "device", "host", "npz", "mnn-dump"
+    precision: str  # "fp32", "fp16", "quantized", ...
+    model: ModelInfo | None = None
+    inputs: InputInfo | None = None
+    soc_model: int | None = None
+    htp_arch: int | None = None
+    versions: dict[str, str] = Field(default_factory=dict)
+    started_at: str = Field(default_factory=lambda: now_iso())
+    finished_at: str | None = None
+    assignment: list[dict[str, Any]] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    observer_effect_db: dict[str, float] | None = None
+    outputs: list[str] = Field(default_factory=list)  # names of the model's final outputs
+    extra: dict[str, Any] = Field(default_factory=dict)
+    tensors: list[TensorRecord] = Field(default_factory=list)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_arrays(arrays: dict[str, np.ndarray]) -> str:
+    """Hash of named arrays (names, dtypes, shapes and bytes), independent of dict order."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(name.encode())
+        h.update(str(a.dtype).encode())
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_file_stem(name: str, limit: int = 80) -> str:
+    """A file-name fragment that can never leave the directory or run a command."""
+    stem = _UNSAFE.sub("_", name).strip("._") or "tensor"
+    return stem[:limit]
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write via a temp file in the same directory and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def prepare_run_dir(out_dir: str | os.PathLike[str], *, force: bool = False) -> Path:
+    """Create ``out_dir`` for a new run, refusing to clobber anything that is not a previous run.
+
+    An existing empty directory is fine. With ``force``, a previous *run* directory (one holding
+    ``run.json`` or a ``tensors/`` folder) is replaced; any other non-empty directory is refused so
+    user data is never deleted.
+    """
+    path = Path(out_dir)
+    if path.exists() and not path.is_dir():
+        raise BadInputError(f"output path {path} exists and is not a directory", hint="choose another --out")
+    if path.exists() and any(path.iterdir()):
+        is_run = (path / RUN_FILE).exists() or (path / TENSOR_DIR).is_dir()
+        if not force:
+            raise BadInputError(
+                f"output directory {path} is not empty",
+                hint="choose a new --out, or pass --force to replace a previous run there",
+            )
+        if not is_run:
+            raise BadInputError(
+                f"refusing to replace {path}: it does not look like a qnn-debug run directory",
+                hint="choose a new --out",
+            )
+        shutil.rmtree(path)
+    (path / TENSOR_DIR).mkdir(parents=True, exist_ok=True)
+    (path / LOG_DIR).mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class RunWriter:
+    """Collects tensors into a run directory; ``finish()`` writes run.json last and atomically."""
+
+    def __init__(self, out_dir: str | os.PathLike[str], record: RunRecord, *, force: bool = False):
+        self.dir = prepare_run_dir(out_dir, force=force)
+        self.record = record
+        self._names: set[str] = set()
+
+    @property
+    def log_dir(self) -> Path:
+        return self.dir / LOG_DIR
+
+    def add_tensor(
+        self,
+        name: str,
+        array: np.ndarray,
+        *,
+        op: str | None = None,
+        op_type: str | None = None,
+        position: int = -1,
+        kind: TensorKind = "activation",
+        label: str | None = None,
+        target_name: str | None = None,
+        layout_note: str | None = None,
+        source_dtype: str | None = None,
+        raw: np.ndarray | None = None,
+        scale: float | list[float] | None = None,
+        offset: int | list[int] | None = None,
+        axis: int | None = None,
+    ) -> TensorRecord:
+        """Store one tensor (float view in model layout) and, for quantized data, its raw integers."""
+        if name in self._names:
+            raise ValueError(f"tensor {name!r} added twice to run {self.dir}")
+        self._names.add(name)
+        index = len(self.record.tensors)
+        stem = f"{index:04d}_{safe_file_stem(name)}"
+        rel = f"{TENSOR_DIR}/{stem}.npy"
+        arr = np.asarray(array)
+        np.save(self.dir / rel, arr, allow_pickle=False)
+        quant = None
+        if raw is not None:
+            if scale is None or offset is None:
+                raise ValueError("quantized tensors need scale and offset")
+            raw_rel = f"{TENSOR_DIR}/{stem}.q.npy"
+            np.save(self.dir / raw_rel, np.asarray(raw), allow_pickle=False)
+            quant = QuantParams(scale=scale, offset=offset, axis=axis, raw_file=raw_rel, raw_dtype=str(raw.dtype))
+        rec = TensorRecord(
+            name=name,
+            file=rel,
+            shape=[int(d) for d in arr.shape],
+            dtype=str(arr.dtype),
+            source_dtype=source_dtype or (str(raw.dtype) if raw is not None else str(arr.dtype)),
+            op=op,
+            op_type=op_type,
+            position=position,
+            kind=kind,
+            label=label,
+            target_name=target_name,
+            layout_note=layout_note,
+            quant=quant,
+        )
+        self.record.tensors.append(rec)
+        return rec
+
+    def write_log(self, name: str, text: str) -> Path:
+        path = self.log_dir / safe_file_stem(name)
+        atomic_write_text(path, text)
+        return path
+
+    def finish(self) -> Run:
+        self.record.finished_at = now_iso()
+        atomic_write_text(self.dir / RUN_FILE, self.record.model_dump_json(indent=1))
+        return Run(self.dir, self.record)
+
+
+class Run:
+    """A finished run loaded from disk. Tensor data is memory-mapped on access, never preloaded."""
+
+    def __init__(self, path: Path, record: RunRecord):
+        self.dir = path
+        self.record = record
+        self._by_name = {t.name: t for t in record.tensors}
+
+    @property
+    def tensors(self) -> list[TensorRecord]:
+        return self.record.tensors
+
+    def names(self) -> list[str]:
+        return [t.name for t in self.record.tensors]
+
+    def has(self, name: str) -> bool:
+        return name in self._by_name
+
+    def info(self, name: str) -> TensorRecord:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise BadInputError(f"run {self.dir} has no tensor named {name!r}") from None
+
+    def array(self, name: str, *, mmap: bool = True) -> np.ndarray:
+        """The float view of a tensor (model layout), memory-mapped by default."""
+        return self._load(self.info(name).file, mmap)
+
+    def raw(self, name: str, *, mmap: bool = True) -> np.ndarray | None:
+        """The raw integers of a quantized tensor, or None for float tensors."""
+        q = self.info(name).quant
+        return None if q is None else self._load(q.raw_file, mmap)
+
+    def _load(self, rel: str, mmap: bool) -> np.ndarray:
+        path = (self.dir / rel).resolve()
+        if self.dir.resolve() not in path.parents:
+            raise BadInputError(f"run {self.dir} points outside itself ({rel})", hint="the run.json was edited or corrupted")
+        try:
+            return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        except FileNotFoundError:
+            raise BadInputError(f"tensor file {rel} of run {self.dir} is missing", hint="re-run the capture") from None
+        except ValueError as e:
+            raise BadInputError(f"tensor file {rel} of run {self.dir} is corrupt: {e}", hint="re-run the capture") from None
+
+    def iter_in_order(self) -> Iterator[TensorRecord]:
+        """Tensors sorted by execution position (graph inputs first), stable for equal positions."""
+        return iter(sorted(self.record.tensors, key=lambda t: t.position))
+
+
+def load_run(path: str | os.PathLike[str]) -> Run:
+    """Load a run directory (or its run.json); clear errors for missing, incomplete or foreign dirs."""
+    p = Path(path)
+    if p.is_file() and p.name == RUN_FILE:
+        p = p.parent
+    if not p.exists():
+        raise BadInputError(f"run directory {p} does not exist", hint="pass a directory written by qnn-debug")
+    run_file = p / RUN_FILE
+    if not run_file.exists():
+        if (p / TENSOR_DIR).is_dir():
+            raise BadInputError(f"run {p} did not finish (no {RUN_FILE})", hint="re-run the capture")
+        raise BadInputError(f"{p} is not a qnn-debug run (no {RUN_FILE})", hint="pass a directory written by qnn-debug")
+    try:
+        data = json.loads(run_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise BadInputError(f"{run_file} is unreadable: {e}", hint="re-run the capture") from None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if version != SCHEMA_VERSION:
+        raise BadInputError(
+            f"{run_file} has schema_version {version!r}, this tool reads {SCHEMA_VERSION}",
+            hint="re-run the capture with this version of qnn-debug",
+        )
+    try:
+        record = RunRecord.model_validate(data)
+    except ValidationError as e:
+        raise BadInputError(f"{run_file} is not a valid run record: {e.errors()[0]['msg']}", hint="re-run the capture") from None
+    return Run(p, record)

@@ -1,0 +1,40 @@
+"""Shared fixtures: paths to the shared real fixtures and to the real PP-OCR models."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+MNN_FIXTURES = SHARED / "fixtures" / "mnn-qnn-simulator"
+
+
+def _rapidocr_models() -> Path:
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    assert spec is not None and spec.origin, "rapidocr-onnxruntime is installed by make setup"
+    return Path(spec.origin).parent / "models"
+
+
+@pytest.fixture(scope="session")
+def mnn_fixtures() -> Path:
+    if not MNN_FIXTURES.is_dir():
+        pytest.skip(f"shared fixtures not found at {MNN_FIXTURES}")
+    return MNN_FIXTURES
+
+
+@pytest.fixture(scope="session")
+def ppocr_cls() -> Path:
+    return _rapidocr_models() / "ch_ppocr_mobile_v2.0_cls_infer.onnx"
+
+
+@pytest.fixture(scope="session")
+def ppocr_det() -> Path:
+    return _rapidocr_models() / "ch_PP-OCRv4_det_infer.onnx"
+
+
+@pytest.fixture(scope="session")
+def ppocr_rec() -> Path:
+    return _rapidocr_models() / "ch_PP-OCRv4_rec_infer.onnx"
