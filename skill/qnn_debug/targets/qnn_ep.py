@@ -1,0 +1,160 @@
+"""Sessions on Qualcomm's HTP simulator (onnxruntime-qnn's x86_64 ``libQnnHtp.so``) that never fall back.
+
+Measured facts this module encodes (see the HTP-simulator reference):
+- ``InferenceSession.run`` silently retries on CPU after an EP failure and returns CPU numbers that
+  match fp32 exactly; so every session sets ``session.disable_cpu_ep_fallback=1`` *and* calls
+  ``disable_fallback()``;
+- sessions in one process share the QNN backend (a later session inherits the earlier numerics), so
+  call this once per process per provider configuration (targets do it in a worker process);
+- unknown provider options are silently accepted and most bad values only log a warning, so options
+  are validated here;
+- ``soc_model`` decides the numerics: absent/0/30 → fp32-accurate, >= 36 → fp16.
+
+Import this module only inside a worker process or a test: it loads onnxruntime and the QNN EP.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import BadInputError, TargetError, UnsupportedOnTargetError
+
+# soc_model → HTP arch for the SoCs the simulator accepts (values measured / from MNN's SoC table).
+KNOWN_SOCS: dict[int, int] = {30: 68, 36: 69, 42: 69, 43: 73, 53: 73, 57: 75, 60: 73, 69: 79, 87: 81}
+KNOWN_ARCHS = {68, 69, 73, 75, 79, 81}
+FP32_SOCS = {0, 30}
+
+_registered = False
+_log_lock = threading.Lock()
+_log_lines: list[str] = []
+
+
+@dataclass
+class QnnSessionInfo:
+    """A session plus what we learned creating it: node assignment and the QNN/ORT log."""
+
+    session: Any
+    options: dict[str, str]
+    assignment: list[dict[str, Any]] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def qnn_node_count(self) -> int:
+        return sum(len(a["nodes"]) for a in self.assignment if a["provider"] == "QNNExecutionProvider")
+
+
+def provider_options(soc_model: int, htp_arch: int | None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Validated HTP provider options; raises BadInputError for values the EP would silently ignore."""
+    if soc_model not in KNOWN_SOCS and soc_model != 0:
+        raise BadInputError(
+            f"unknown soc_model {soc_model}",
+            hint=f"use one of {sorted(KNOWN_SOCS)} (69 = Snapdragon 8 Elite, 57 = 8 Gen 3, 43 = 8 Gen 2)",
+        )
+    arch = htp_arch if htp_arch is not None else KNOWN_SOCS.get(soc_model)
+    if arch is not None and arch not in KNOWN_ARCHS:
+        raise BadInputError(f"unknown htp_arch {arch}", hint=f"use one of {sorted(KNOWN_ARCHS)}, without the 'v'")
+    opts = {"backend_type": "htp"}
+    if soc_model:
+        opts["soc_model"] = str(soc_model)
+    if arch is not None:
+        opts["htp_arch"] = str(arch)
+    if soc_model not in FP32_SOCS:
+        opts["enable_htp_fp16_precision"] = "1"
+    opts.update(extra or {})
+    return opts
+
+
+def _register() -> None:
+    global _registered
+    if _registered:
+        return
+    import onnxruntime as ort
+    import onnxruntime_qnn as oq
+
+    try:
+        ort.register_execution_provider_library(oq.get_ep_name(), oq.get_library_path())
+    except Exception as e:  # already registered in this process is fine
+        if "already" not in str(e).lower():
+            raise TargetError(f"could not load the QNN execution provider: {e}", hint="reinstall onnxruntime-qnn") from None
+
+    def _log_cb(severity: int, category: str, logid: str, code_location: str, message: str) -> None:
+        with _log_lock:
+            _log_lines.append(f"[{severity}] {message}")
+
+    ort.set_default_logger_callback(_log_cb)
+    _registered = True
+
+
+def take_log() -> list[str]:
+    with _log_lock:
+        lines = list(_log_lines)
+        _log_lines.clear()
+    return lines
+
+
+def create_session(model: bytes | str, options: dict[str, str], *, disabled_optimizers: list[str] | None = None,
+                   verbose: bool = True) -> QnnSessionInfo:
+    """Create an HTP session that refuses CPU fallback, recording assignment and the QNN log.
+
+    Raises :class:`UnsupportedOnTargetError` listing the nodes QNN rejected (with QNN's reasons when
+    the log has them) instead of ever running anything on the CPU EP.
+    """
+    import onnxruntime as ort
+    import onnxruntime_qnn as oq
+
+    _register()
+    take_log()
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == oq.get_ep_name()]  # HTP shows as device type CPU
+    if not devices:
+        raise TargetError("the QNN execution provider exposes no device", hint="reinstall onnxruntime-qnn")
+    so = ort.SessionOptions()
+    so.log_severity_level = 0 if verbose else 2
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(devices, options)
+    try:
+        kwargs: dict[str, Any] = {"sess_options": so}
+        if disabled_optimizers:
+            kwargs["disabled_optimizers"] = disabled_optimizers
+        session = ort.InferenceSession(model, **kwargs)
+    except Exception as e:
+        log = take_log()
+        raise _creation_error(str(e), log) from None
+    session.disable_fallback()
+    assignment = []
+    for sg in session.get_provider_graph_assignment_info():
+        assignment.append({"provider": sg.ep_name, "nodes": [{"name": n.name, "op_type": n.op_type} for n in sg.get_nodes()]})
+    log = take_log()
+    cpu_nodes = [n for a in assignment if a["provider"] != "QNNExecutionProvider" for n in a["nodes"]]
+    if cpu_nodes:
+        raise UnsupportedOnTargetError(
+            f"{len(cpu_nodes)} node(s) would run on CPU, not QNN: "
+            + ", ".join(f"{n['name']} ({n['op_type']})" for n in cpu_nodes[:20]),
+            hint="replace or decompose these ops; see `qnn-debug op <OpType>`",
+            details={"nodes": cpu_nodes, "reasons": _reasons(log)},
+        )
+    return QnnSessionInfo(session=session, options=options, assignment=assignment, log=log)
+
+
+def _reasons(log: list[str]) -> list[str]:
+    keys = ("Validation FAILED", "not supported by QNN", "Unsupported nodes", "REASON", "only support")
+    return [line for line in log if any(k in line for k in keys)][:50]
+
+
+def _creation_error(message: str, log: list[str]) -> TargetError:
+    reasons = _reasons(log)
+    if "assigned to the default CPU EP" in message or reasons:
+        unsupported = [r for r in reasons if "Unsupported nodes" in r or "not supported" in r or "FAILED" in r]
+        return UnsupportedOnTargetError(
+            "QNN cannot run every node of this model and CPU fallback is forbidden: "
+            + ("; ".join(unsupported[:5]) if unsupported else message.splitlines()[-1][:300]),
+            hint="see details.reasons for QNN's own words; `qnn-debug op <OpType>` lists the op's constraints",
+            details={"reasons": reasons, "ort_error": message[-2000:]},
+        )
+    return TargetError(
+        f"QNN session creation failed: {message.splitlines()[-1][:300] if message else 'unknown error'}",
+        hint="see details.log for the QNN backend messages",
+        details={"log": [line for line in log if line.startswith(("[3]", "[4]"))][-30:], "ort_error": message[-2000:]},
+    )
