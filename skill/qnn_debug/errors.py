@@ -52,3 +52,9 @@ class DeviceError(TargetError):
     """adb/device problems: no device, unauthorized, offline, timeouts."""
 
     kind = "device_failure"
+
+
+def flatten_message(text: str, limit: int = 600) -> str:
+    """Native messages (ORT, QNN, MNN) span lines and tabs; an error message must be one readable line."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -6,6 +6,8 @@ fixture, and the 24-block conv net (90 nodes) used for per-layer fp16 error curv
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -96,3 +98,42 @@ def deep_conv_net(blocks: int = 24, channels: int = 32, size: int = 32, classes:
         inits,
         f"deep_conv_net_{blocks}",
     )
+
+
+def single_op_model(op_type: str, shape: list[int], name: str = "op", **attrs: Any) -> onnx.ModelProto:
+    """x[shape] → ``op_type`` → y[shape]: the smallest graph that exercises one op (support, NaN, ...)."""
+    node = helper.make_node(op_type, ["x"], ["y"], name=name, **attrs)
+    return _model([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], [], f"single_{op_type.lower()}")
+
+
+def quantize_for_qnn(src: str, dst: str, *, activation: str = "uint8", samples: int = 4, seed: int = 0) -> str:
+    """QDQ-quantize ``src`` the way QNN's flow expects: BN folded first, QNN's QDQ config, uint8 weights.
+
+    ``activation`` is ``uint8`` (A8W8) or ``uint16`` (A16W8; upgrades the model to opset 21).
+    Calibration uses seeded realistic inputs of the model's static input shapes.
+    """
+    import os
+    import tempfile
+
+    from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    from .inputs import random_inputs, resolve_shapes
+    from .onnx_graph import graph_inputs, load_onnx
+
+    specs = graph_inputs(load_onnx(src))
+    shapes = resolve_shapes(specs)
+    batches = iter([random_inputs(specs, shapes, seed=seed + i) for i in range(samples)])
+
+    class Reader(CalibrationDataReader):
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(batches, None)
+
+    act = {"uint8": QuantType.QUInt8, "uint16": QuantType.QUInt16}[activation]
+    with tempfile.TemporaryDirectory(prefix="qnn-debug-quant-") as tmp:
+        pre = os.path.join(tmp, "pre.onnx")
+        quant_pre_process(src, pre)
+        quantize(pre, dst, get_qnn_qdq_config(pre, Reader(), activation_type=act, weight_type=QuantType.QUInt8))
+    return dst

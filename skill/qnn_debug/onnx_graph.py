@@ -157,8 +157,8 @@ def np_dtype_name(elem_type: int) -> str:
 def mark_all(model: onnx.ModelProto, names: list[str] | None = None) -> onnx.ModelProto:
     """A copy of ``model`` with every node output (or just ``names``) added as a graph output.
 
-    Outputs whose element type is unknown after shape inference are added without a type, which
-    ONNX Runtime accepts. Existing graph outputs keep their position at the front.
+    Outputs whose element type is unknown after shape inference (e.g. com.microsoft QDQ ops) are
+    added without any type, which ONNX Runtime accepts and infers. Existing graph outputs keep their position at the front.
     """
     m = copy.deepcopy(model)
     existing = {o.name for o in m.graph.output}
@@ -169,7 +169,9 @@ def mark_all(model: onnx.ModelProto, names: list[str] | None = None) -> onnx.Mod
             continue
         existing.add(name)
         elem = types.get(name, TensorProto.UNDEFINED)
-        m.graph.output.append(helper.make_tensor_value_info(name, elem, None))
+        # An explicit elem_type 0 is rejected ("Invalid tensor data type 0"); no type at all lets ORT infer it.
+        info = helper.make_tensor_value_info(name, elem, None) if elem else onnx.ValueInfoProto(name=name)
+        m.graph.output.append(info)
     return m
 
 

@@ -21,7 +21,7 @@ import re
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -171,6 +171,24 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_output_dir(out: Path, *, force: bool, is_ours: Callable[[Path], bool], what: str) -> bool:
+    """Refuse ``out`` unless it is absent, empty, or (with ``force``) holds a previous ``what``.
+
+    For result directories made of several runs (a baseline, a demo). Deletes nothing; returns True
+    when ``out`` holds a previous result that the caller may now replace.
+    """
+    if out.exists() and not out.is_dir():
+        raise BadInputError(f"output path {out} exists and is not a directory", hint="choose another --out")
+    if not (out.exists() and any(out.iterdir())):
+        return False
+    if not force:
+        raise BadInputError(f"output directory {out} is not empty",
+                            hint=f"choose a new --out, or pass --force to replace a previous {what} there")
+    if not is_ours(out):
+        raise BadInputError(f"refusing to replace {out}: it does not look like a qnn-debug {what}", hint="choose a new --out")
+    return True
 
 
 def prepare_run_dir(out_dir: str | os.PathLike[str], *, force: bool = False) -> Path:

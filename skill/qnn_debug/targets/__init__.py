@@ -27,6 +27,7 @@ class DumpRequest(BaseModel):
 
     model: Path
     out: Path
+    target: str = "htp-sim"  # a name registered below; ``qnn_debug.dump.run_dump`` dispatches on it
     precision: Precision = "fp16"
     soc_model: int = 69
     htp_arch: int | None = None

@@ -15,11 +15,12 @@ Import this module only inside a worker process or a test: it loads onnxruntime 
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import BadInputError, TargetError, UnsupportedOnTargetError
+from ..errors import BadInputError, TargetError, UnsupportedOnTargetError, flatten_message
 
 # soc_model → HTP arch for the SoCs the simulator accepts (values measured / from MNN's SoC table).
 KNOWN_SOCS: dict[int, int] = {30: 68, 36: 69, 42: 69, 43: 73, 53: 73, 57: 75, 60: 73, 69: 79, 87: 81}
@@ -140,21 +141,31 @@ def create_session(model: bytes | str, options: dict[str, str], *, disabled_opti
 
 def _reasons(log: list[str]) -> list[str]:
     keys = ("Validation FAILED", "not supported by QNN", "Unsupported nodes", "REASON", "only support")
-    return [line for line in log if any(k in line for k in keys)][:50]
+    return list(dict.fromkeys(line for line in log if any(k in line for k in keys)))[:50]
+
+
+_UNSUPPORTED_NODE = re.compile(r"\{ name: ([^,]+), type: ([^ }]+) \}")
+_FAILED_NODE = re.compile(r"Operator type: (\S+) Node name: (\S+)")
+_REASON = re.compile(r"REASON : (.+?)(?:\n|$)")
 
 
 def _creation_error(message: str, log: list[str]) -> TargetError:
     reasons = _reasons(log)
     if "assigned to the default CPU EP" in message or reasons:
-        unsupported = [r for r in reasons if "Unsupported nodes" in r or "not supported" in r or "FAILED" in r]
+        text = "\n".join(reasons)
+        nodes = list(dict.fromkeys([*_UNSUPPORTED_NODE.findall(text), *((n, t) for t, n in _FAILED_NODE.findall(text))]))
+        why = list(dict.fromkeys(r.strip() for r in _REASON.findall(text)))
+        summary = (f"{len(nodes)} node(s): " + ", ".join(f"{n} ({t})" for n, t in nodes[:10])) if nodes else message.splitlines()[-1]
+        if why:
+            summary += " — " + "; ".join(why[:3])
         return UnsupportedOnTargetError(
-            "QNN cannot run every node of this model and CPU fallback is forbidden: "
-            + ("; ".join(unsupported[:5]) if unsupported else message.splitlines()[-1][:300]),
+            "QNN cannot run every node of this model and CPU fallback is forbidden: " + flatten_message(summary),
             hint="see details.reasons for QNN's own words; `qnn-debug op <OpType>` lists the op's constraints",
-            details={"reasons": reasons, "ort_error": message[-2000:]},
+            details={"nodes": [{"name": n, "op_type": t} for n, t in nodes], "reasons": reasons,
+                     "ort_error": message[-2000:]},
         )
     return TargetError(
-        f"QNN session creation failed: {message.splitlines()[-1][:300] if message else 'unknown error'}",
+        f"QNN session creation failed: {flatten_message(message.splitlines()[-1]) if message else 'unknown error'}",
         hint="see details.log for the QNN backend messages",
         details={"log": [line for line in log if line.startswith(("[3]", "[4]"))][-30:], "ort_error": message[-2000:]},
     )

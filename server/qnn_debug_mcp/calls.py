@@ -1,0 +1,103 @@
+"""Helpers every tool uses: reach the app state, confine paths, call the engine, shape the answer."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import anyio
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context, ListRoots
+from mcp.types import CallToolResult, ListRootsRequest, ListRootsResult, TextContent, ToolAnnotations
+from mcp_types.version import is_version_at_least
+from pydantic import BaseModel
+
+from qnn_debug.errors import QnnDebugError
+
+from .engine import run_engine
+from .errors import from_engine, tool_error
+from .progress import ProgressRelay
+from .state import AppState
+from .workspace import Workspace, roots_from_uris
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+ROOTS_TIMEOUT_S = 5.0
+INPUT_REQUIRED_VERSION = "2026-07-28"
+
+
+def tool(server: MCPServer, *, title: str, annotations: ToolAnnotations) -> Callable[[F], F]:
+    """``server.tool`` with the docstring dedented into the description a model reads."""
+
+    def decorate(fn: F) -> F:
+        return server.tool(title=title, annotations=annotations, description=inspect.cleandoc(fn.__doc__ or ""))(fn)
+
+    return decorate
+
+
+def app_state(ctx: Context) -> AppState:
+    return cast(AppState, ctx.request_context.lifespan_context)
+
+
+async def client_roots(ctx: Context) -> ListRoots | ListRootsResult | None:
+    """Resolver for a tool's ``roots`` parameter: the client's workspace roots, if it offers any.
+
+    On 2026-07-28 connections the SDK asks for them inside the call (``ListRoots`` marker); on
+    handshake-era connections we ask directly, with a time limit, and treat a failure as "none".
+    """
+    caps = ctx.client_capabilities
+    if caps is None or caps.roots is None:
+        return None
+    version = ctx.protocol_version
+    if version is not None and is_version_at_least(version, INPUT_REQUIRED_VERSION):
+        return ListRoots()
+    try:
+        with anyio.fail_after(ROOTS_TIMEOUT_S):
+            return await ctx.session.send_request(ListRootsRequest(), ListRootsResult)
+    except Exception as e:  # the client said it has roots but could not list them: fall back
+        log.info("roots/list failed (%s); using the server's --root directories", e)
+        return None
+
+
+def workspace(ctx: Context, roots: ListRootsResult | None) -> Workspace:
+    """The client's file roots when it listed any, else the server's ``--root`` directories."""
+    offered = roots_from_uris(str(r.uri) for r in roots.roots) if roots is not None else []
+    return Workspace(offered or app_state(ctx).config.roots)
+
+
+def relay(ctx: Context) -> ProgressRelay:
+    return ProgressRelay(ctx.report_progress)
+
+
+async def quick(fn: Callable[..., T], *args: Any, limit_s: float, what: str, **kwargs: Any) -> T:
+    """Run a synchronous engine function in a worker thread, bounded, with engine errors as ToolErrors."""
+    try:
+        with anyio.fail_after(limit_s):
+            return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), abandon_on_cancel=True)
+    except QnnDebugError as e:
+        raise from_engine(e) from None
+    except TimeoutError:
+        raise tool_error(f"{what} did not answer within {limit_s:.0f} s", "check the device/connection and retry") from None
+
+
+async def engine(ctx: Context, command: list[str], *, timeout: float | None = None) -> dict[str, Any]:
+    """Run one engine CLI command for this call, forwarding progress; errors become ToolErrors."""
+    config = app_state(ctx).config
+    try:
+        return await run_engine(config.python, command, on_progress=relay(ctx),
+                                timeout=timeout or config.long_timeout_s)
+    except QnnDebugError as e:
+        raise from_engine(e) from None
+
+
+def respond(model: BaseModel, summary: str) -> CallToolResult:
+    """Structured content for programs plus a short summary (and the JSON) for models that read text."""
+    data = model.model_dump(mode="json", by_alias=True)
+    return CallToolResult(
+        content=[TextContent(type="text", text=summary), TextContent(type="text", text=json.dumps(data, indent=1))],
+        structured_content=data,
+    )

@@ -1,0 +1,34 @@
+"""Server settings fixed at start-up (command-line flags), shared by every tool.
+
+Kept free of MCP imports so the engine-facing helpers and the tests can build one cheaply.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ServerConfig(BaseModel):
+    """What the operator decided when starting ``qnn-debug-mcp``; tools never change it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    roots: list[Path] = Field(
+        default_factory=lambda: [Path.cwd()],
+        description="Workspace roots used when the client offers none; file arguments must stay inside them.",
+    )
+    python: str = Field(default=sys.executable, description="Interpreter that runs the engine CLI (`-m qnn_debug`).")
+    adb: str | None = Field(default=None, description="adb executable passed to the engine; None = engine default.")
+    background_wait_s: float = Field(
+        default=20.0,
+        ge=0,
+        description="Automatic jobs (baseline, dump_qnn, diagnose) wait this long for a result before "
+        "returning only the job id, so small models still answer in one call.",
+    )
+    quick_timeout_s: float = Field(default=60.0, gt=0, description="Limit for in-process engine calls.")
+    device_timeout_s: float = Field(default=30.0, gt=0, description="Limit for one adb query (list/probe).")
+    long_timeout_s: float = Field(default=3600.0, gt=0, description="Limit for one engine CLI run.")
+    max_running_jobs: int = Field(default=2, ge=1, description="Jobs beyond this wait in state 'queued'.")

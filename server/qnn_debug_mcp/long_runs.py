@@ -1,0 +1,122 @@
+"""One policy for every tool that runs an engine CLI command: inline, background job, or "auto".
+
+- ``background=False``: run in this call (progress forwarded; cancelling the call kills the child).
+- ``background=True``: start a job and return its id at once.
+- ``background=None`` (omitted): the tool's default. Tools whose work may exceed ~100 s on real models
+  (baseline, dump_qnn, diagnose) default to a job, but wait ``--background-wait`` seconds first so a
+  small model still answers in one call. If the caller cancels during that wait the job is
+  cancelled too: nobody else knows its id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult
+
+from qnn_debug.errors import QnnDebugError
+
+from .calls import app_state, relay, respond
+from .engine import ProgressCallback, run_engine
+from .errors import from_engine, tool_error
+from .jobs import Job
+from .models import JobState, LongToolAnswer
+
+Summarize = Callable[[dict[str, Any]], str]
+REPORT_PREFERENCE = (".md", ".html", ".json", ".png")
+Transform = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def report_files(result: dict[str, Any]) -> list[Path]:
+    """Report files an engine result points at (compare's, or diagnose's nested ``report_files``), best first."""
+    files: dict[str, Any] = dict(result.get("report_files") or {})
+    nested = result.get("compare")
+    if isinstance(nested, dict):
+        files.update(nested.get("report_files") or {})
+    paths = [Path(v) for v in files.values() if isinstance(v, str) and v and Path(v).is_file()]
+    return sorted(paths, key=lambda p: REPORT_PREFERENCE.index(p.suffix) if p.suffix in REPORT_PREFERENCE else 99)
+
+
+def publish_report(ctx: Context, result: dict[str, Any], title: str) -> str | None:
+    """Publish every report file as a resource; return the URI of the main (Markdown) one."""
+    uris = [app_state(ctx).reports.publish(ctx.mcp_server, path, f"{title} ({path.suffix[1:]})")
+            for path in report_files(result)]
+    return uris[0] if uris else None
+
+
+async def run_long(
+    ctx: Context,
+    *,
+    tool: str,
+    title: str,
+    command: list[str],
+    background: bool | None,
+    auto_background: bool,
+    summarize: Summarize,
+    transform: Transform | None = None,
+    timeout: float | None = None,
+) -> CallToolResult:
+    """Run ``qnn-debug <command>`` according to the policy above and shape the answer.
+
+    ``transform`` trims the engine's result before it is kept or returned (e.g. compare's full tensor
+    table, which stays in the report files).
+    """
+    state = app_state(ctx)
+    limit = timeout or state.config.long_timeout_s
+
+    async def work(on_progress: ProgressCallback) -> dict[str, Any]:
+        result = await run_engine(state.config.python, command, on_progress=on_progress, timeout=limit)
+        return transform(result) if transform else result
+
+    as_job = background if background is not None else auto_background
+    if not as_job:
+        try:
+            result = await work(relay(ctx))
+        except QnnDebugError as e:
+            raise from_engine(e) from None
+        return _finished(ctx, tool, title, None, result, summarize)
+
+    job = state.jobs.submit(tool, title, work)
+    if background is True:
+        return _pending(job)
+    try:
+        finished = await state.jobs.wait(job, state.config.background_wait_s, relay(ctx))
+    except anyio.get_cancelled_exc_class():
+        state.jobs.cancel(job)
+        raise
+    if not finished:
+        return _pending(job)
+    return outcome_or_error(ctx, job, summarize)
+
+
+def outcome_or_error(ctx: Context, job: Job, summarize: Summarize) -> CallToolResult:
+    """A finished job as this tool's answer; a failed or cancelled one as a ToolError."""
+    if job.state == "succeeded" and job.result is not None:
+        return _finished(ctx, job.tool, job.title, job.id, job.result, summarize)
+    if job.error is not None:
+        raise tool_error(f"{job.tool} failed (job {job.id}): {job.error.message}",
+                         job.error.hint or "fix the input and start the tool again")
+    raise tool_error(f"{job.tool} job {job.id} was cancelled", "start the tool again if the result is still needed")
+
+
+def _finished(ctx: Context, tool: str, title: str, job_id: str | None, result: dict[str, Any],
+              summarize: Summarize) -> CallToolResult:
+    report_uri = publish_report(ctx, result, title)
+    summary = summarize(result)
+    step = f"open {report_uri} for the full report" if report_uri else "see `result` for details"
+    answer = LongToolAnswer(status="succeeded", job_id=job_id, summary=summary, result=result,
+                            report_uri=report_uri, next_step=step)
+    return respond(answer, f"{tool}: {summary}")
+
+
+def _pending(job: Job) -> CallToolResult:
+    state: JobState = job.state
+    answer = LongToolAnswer(
+        status=state, job_id=job.id, summary=f"{job.title} is {state} as job {job.id}",
+        next_step=f"call job_result with job_id={job.id} and wait_s up to 50 (or job_status for progress)",
+    )
+    return respond(answer, f"{job.tool}: started job {job.id} ({state}); follow it with job_status/job_result")

@@ -1,0 +1,74 @@
+"""Pydantic models the tools return (their JSON schema is each tool's ``outputSchema``).
+
+Engine results are passed through as the engine's own JSON under ``result``/named fields rather
+than re-modelled here, so the server never drifts from the engine's contract.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class ErrorInfo(BaseModel):
+    """Why a job failed: the engine's message and what to do next."""
+
+    kind: str = Field(description="bad_input, target_failure, device_failure, unsupported_nodes, timeout, internal")
+    message: str
+    hint: str | None = None
+
+
+class ProgressLine(BaseModel):
+    """One engine progress event as kept in a job's log."""
+
+    t: float = Field(description="seconds since the job was created")
+    stage: str
+    done: float
+    total: float | None = None
+    message: str = ""
+    finished: bool = False
+
+
+class JobInfo(BaseModel):
+    """State of a background job; call job_result once ``state`` is succeeded/failed/cancelled."""
+
+    job_id: str
+    tool: str
+    title: str
+    state: JobState
+    created_at: str
+    elapsed_s: float
+    progress_events: int = Field(description="how many progress events the job has emitted so far")
+    recent_progress: list[ProgressLine] = Field(description="the latest progress events, oldest first")
+    error: ErrorInfo | None = None
+    next_step: str
+
+
+class JobList(BaseModel):
+    jobs: list[JobInfo]
+
+
+class JobOutcome(BaseModel):
+    """A finished (or still running) job and, when it succeeded, the engine's result document."""
+
+    job_id: str
+    tool: str
+    state: JobState
+    result: dict[str, Any] | None = Field(None, description="the engine's JSON result (same as the tool returns inline)")
+    error: ErrorInfo | None = None
+    report_uri: str | None = Field(None, description="resource URI of the run report, when the result has one")
+    next_step: str
+
+
+class LongToolAnswer(BaseModel):
+    """Answer of a tool that may run long: the result, or a job id to follow with job_status/job_result."""
+
+    status: JobState = Field(description="succeeded: `result` is filled; queued/running: follow `job_id`")
+    job_id: str | None = Field(None, description="id for job_status / job_result / job_cancel; None when run inline")
+    summary: str
+    result: dict[str, Any] | None = Field(None, description="the engine's JSON result once finished")
+    report_uri: str | None = None
+    next_step: str

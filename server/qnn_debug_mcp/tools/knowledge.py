@@ -1,0 +1,154 @@
+"""Knowledge tools: ``triage_log``, ``lookup_op_constraints``, ``toggle_shapeMutable``.
+
+They only read small files or tables, so they run in a worker thread of the server process (no
+MNN, no onnxruntime) and answer in well under a second. The one exception, the op probe on the HTP
+simulator, loads onnxruntime-qnn and therefore runs as an engine child process.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from qnn_debug.ops.models import OpConstraints
+from qnn_debug.triage.models import TriageResult
+
+from ..args import ClientRoots, OptionalPath, PathArg
+from ..calls import app_state, engine, quick, respond, tool, workspace
+from ..errors import tool_error
+from ..playbooks import playbook_uri
+
+READ_ONLY_LOCAL = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+EDITS_TESTDIR = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
+ProbeShape = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[0-9x]+(:[a-z0-9]+)?(=[-0-9.,eE+]*)?$")]
+MAX_LOG_CHARS = 2_000_000
+
+
+class ShapeMutableChange(BaseModel):
+    """What toggle_shapeMutable did to the test dir's input.json."""
+
+    file: str
+    old: bool | None = Field(description="previous value; null = key absent (ModuleBasic's default, true)")
+    new: bool
+    changed: bool
+    backup: str | None = Field(None, description="copy of the previous input.json, when it changed")
+
+
+class TriageAnswer(TriageResult):
+    """The engine's triage result plus the MCP resource of the playbook it names."""
+
+    playbook_uri: str | None = Field(None, description="read this resource for the fix-it steps")
+
+
+def register(server: MCPServer) -> None:
+    @tool(server, title="Triage a QNN/MNN error log", annotations=READ_ONLY_LOCAL)
+    async def triage_log(
+        ctx: Context,
+        roots: ClientRoots,
+        log_text: Annotated[str | None, Field(default=None, max_length=MAX_LOG_CHARS,
+                                              description="The log itself (stdout+stderr of the failing run)")] = None,
+        log_path: OptionalPath = None,
+    ) -> Annotated[CallToolResult, TriageAnswer]:
+        """First call when something failed. Give the failing run's output (MNN stdout, QNN/ORT
+        log, logcat, crash backtrace) as `log_text`, or a log file inside the workspace as
+        `log_path` (any size). Returns the failure category (e.g. graph finalize failed 1002,
+        execute failed 6000, op validation 3110/0xc26, shapeMutable/input not copied, missing
+        libs, export crash, wrong numbers), confidence, the evidence lines, decoded error codes,
+        the playbook to read (`playbook_uri`) and the next tools to call."""
+        if (log_text is None) == (log_path is None):
+            raise tool_error("pass exactly one of log_text or log_path", "paste the log as log_text, or give log_path")
+        limit = app_state(ctx).config.quick_timeout_s
+        if log_path is not None:
+            path = workspace(ctx, roots).resolve(log_path, what="log_path", kind="file")
+            result = await quick(_triage, str(path), None, limit_s=limit, what="triage")
+        else:
+            result = await quick(_triage, None, log_text, limit_s=limit, what="triage")
+        answer = TriageAnswer(**result.model_dump(), playbook_uri=playbook_uri(result.playbook))
+        summary = f"{result.category} (confidence {result.confidence:.2f}): {result.title}"
+        if answer.playbook_uri:
+            summary += f"; read {answer.playbook_uri}"
+        return respond(answer, summary)
+
+    @tool(server, title="QNN/HTP constraints of an op", annotations=READ_ONLY_LOCAL)
+    async def lookup_op_constraints(
+        op: Annotated[str, Field(min_length=1, max_length=100, description="MNN OpType name or number (e.g. "
+                                 "Convolution or 17), ONNX op (Conv) or QNN op (Conv2d)")],
+        ctx: Context,
+        probe: Annotated[bool, Field(description="also build a one-op ONNX graph and try it on the HTP "
+                                     "simulator (takes seconds)")] = False,
+        shapes: Annotated[list[ProbeShape], Field(max_length=8, description="probe inputs, one per input: "
+                                                  "DIMS[:DTYPE][=V1,...], e.g. 1x64x56x56:float32; later inputs "
+                                                  "become constants")] = [],  # noqa: B006 - pydantic copies defaults
+        attrs: Annotated[dict[Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")],
+                              Annotated[str, Field(max_length=200)]],
+                         Field(max_length=32, description='probe ONNX attributes, e.g. {"kernel_shape": "3,3"}')] = {},  # noqa: B006
+        soc: Annotated[int, Field(ge=1, le=1000, description="soc_model of the probe (69 = 8 Elite)")] = 69,
+    ) -> Annotated[CallToolResult, OpConstraints]:
+        """Look up what MNN's QNN backend does with an op and what Qualcomm's HTP accepts: the QNN
+        op(s) MNN emits for it (or that it has no QNN implementation and falls back to CPU), its
+        inputs and parameters, HTP dtype/rank/size constraints, fp16 and quantization traps, known
+        MNN issues and workarounds — each fact with its source. Call it for the first failing op
+        from compare/diagnose or the op named in a 3110/0xc26 error. With probe=true (and the
+        failing `shapes`/`attrs`) it also tries the op alone on the HTP simulator and reports
+        whether QNN accepts it."""
+        cfg = app_state(ctx).config
+        if probe or shapes or attrs:
+            cmd = ["op", op, "--probe", "--soc", str(soc)]
+            for spec in shapes:
+                cmd += ["--shape", spec]
+            for key, value in attrs.items():
+                cmd += ["--attr", f"{key}={value}"]
+            result = OpConstraints.model_validate(await engine(ctx, cmd, timeout=cfg.quick_timeout_s * 5))
+        else:
+            result = await quick(_lookup, op, limit_s=cfg.quick_timeout_s, what="op lookup")
+        summary = f"{result.query} [{', '.join(result.kinds)}]: " + "; ".join(
+            f"MNN {m.optype} ({m.number}) -> {', '.join(m.qnn_ops) or 'no QNN implementation'}" for m in result.mnn)
+        summary += f"; {len(result.facts)} facts"
+        if result.probe is not None:
+            verdict = "accepted" if result.probe.accepted else f"rejected at {result.probe.stage}"
+            summary += f"; simulator probe {verdict}: {result.probe.message}"
+        return respond(result, summary)
+
+    @tool(server, title="Set shapeMutable in an MNN test dir", annotations=EDITS_TESTDIR)
+    async def toggle_shapeMutable(
+        test_dir: PathArg,
+        value: Annotated[bool, Field(description="false for QNN online runs (inputs are copied in); true is "
+                                     "ModuleBasic's default")],
+        ctx: Context,
+        roots: ClientRoots,
+    ) -> Annotated[CallToolResult, ShapeMutableChange]:
+        """Set `shapeMutable` in a ModuleBasic test directory's input.json. With the default
+        (true) MNN's QNN online backend does not copy inputs in, so outputs come out constant or
+        zero (verdict input_not_copied); false fixes that. The file is rewritten atomically and the
+        previous version kept as input.json.bak; setting the value it already has changes
+        nothing. Then re-run with run_on_device (testdir=...)."""
+        folder = workspace(ctx, roots).resolve(test_dir, what="test_dir", kind="dir")
+        done = await quick(_toggle, str(folder), value, limit_s=app_state(ctx).config.quick_timeout_s,
+                           what="toggle_shapeMutable")
+        answer = ShapeMutableChange.model_validate(done)
+        old = "absent (default true)" if answer.old is None else str(answer.old).lower()
+        text = (f"shapeMutable {old} -> {str(answer.new).lower()} in {answer.file}" if answer.changed
+                else f"shapeMutable already {str(answer.new).lower()} in {answer.file}; nothing changed")
+        return respond(answer, text)
+
+
+def _lookup(op: str) -> OpConstraints:
+    from qnn_debug.ops import lookup_op_constraints
+
+    return lookup_op_constraints(op)
+
+
+def _toggle(folder: str, value: bool) -> dict[str, object]:
+    from qnn_debug.mnn.testdir import toggle_shape_mutable
+
+    return toggle_shape_mutable(folder, value).model_dump()
+
+
+def _triage(path: str | None, text: str | None) -> TriageResult:
+    from qnn_debug.triage import triage_log
+
+    return triage_log(path) if path is not None else triage_log(text=text)

@@ -1,0 +1,352 @@
+"""The trusted baseline: fp32 reference, fp16 floor and the MNN-CPU gate, for one model and one input.
+
+A baseline directory::
+
+    inputs.npz       the exact inputs used (feed them to every later dump: --inputs <dir>/inputs.npz)
+    reference/       ORT CPU fp32, every float tensor (MNN CPU fp32 for an .mnn model)
+    fp16_floor/      the same graph with every float tensor rounded through fp16 (ONNX models)
+    mnn_cpu/         MNN CPU fp32 of the converted model (the gate; ONNX models)
+    baseline.json    BaselineReport: the gate numbers and whether the reference can be trusted
+
+The gate: two independent fp32 implementations (ONNX Runtime and MNN) must agree on the model's final
+outputs far more closely than fp16 storage alone perturbs them, otherwise a later "HTP is off by X"
+cannot be told apart from "the reference is off by X". Per output the limit is a tenth of the floor's
+relative error, kept within [1e-4, 1e-2] (fp32 implementations differ by ~1e-6..1e-4 through
+summation order and Winograd convolutions).
+
+QDQ models: the reference is ORT's fake-quant run (graph optimisation off, so every DQ → op → Q runs
+in float), and quantized tensors are stored dequantized with their integers, like the simulator's.
+ORT's integer QDQ kernels saturate on AVX2 hosts without VNNI, and MNN 3.6.1's converter drops QDQ
+graphs (measured: a 47-node A8W8 model became a 1-op .mnn, "Converted Success!"), so neither can
+cross-check it; the gate is recorded as not applicable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from .errors import BadInputError
+from .progress import NULL_PROGRESS, Progress
+from .runstore import (
+    RUN_FILE,
+    TENSOR_DIR,
+    InputInfo,
+    Run,
+    atomic_write_text,
+    check_output_dir,
+    load_run,
+    now_iso,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+BASELINE_FILE = "baseline.json"
+INPUTS_FILE = "inputs.npz"
+REFERENCE_DIR, FLOOR_DIR, MNN_DIR = "reference", "fp16_floor", "mnn_cpu"
+GATE_MIN_LIMIT, GATE_MAX_LIMIT, GATE_FLOOR_FRACTION = 1e-4, 1e-2, 0.1
+NEAR_ZERO = 1e-4  # an output whose largest magnitude is below this carries no signal to compare
+BASELINE_SCHEMA = 1
+
+# Tried with MNN 3.6.1's expression API (load_as_dict, evaluate op by op, Var.replace each output with its
+# fp16-rounded value): most ops work, but on PP-OCR cls every op behind a Shape → Slice → Reshape chain
+# fails to read once the input is replaced ("call to readMap meet a error"), the final output included.
+# A partial floor would silently be fp32 past those ops, so none is built.
+MNN_FLOOR_UNAVAILABLE = (
+    "not built: MNN's expression API cannot re-evaluate a loaded .mnn graph op by op with rounded tensors "
+    "(shape-dependent ops such as Reshape after Shape/Slice fail to read); build the baseline from the ONNX "
+    "model to get a floor"
+)
+
+GateStatus = Literal["passed", "failed", "skipped", "not_applicable"]
+
+
+class GateOutput(BaseModel):
+    """One final output in the gate: MNN-vs-ORT relative error against its limit."""
+
+    name: str
+    rel_error: float | None  # max|mnn - ort| / max|ort|; None when one side is not finite
+    max_abs: float | None
+    ref_max_abs: float  # max|ort|: a near-zero output makes any relative error meaningless
+    floor_rel_error: float | None
+    limit: float
+    passed: bool
+
+
+class GateReport(BaseModel):
+    status: GateStatus
+    max_rel_error: float | None = None  # worst over the final outputs
+    worst_tensor: str | None = None  # worst over every tensor both runs share
+    worst_tensor_rel_error: float | None = None
+    compared_tensors: int = 0
+    outputs: list[GateOutput] = Field(default_factory=list)
+    shape_mismatches: list[str] = Field(default_factory=list)
+    note: str = ""
+
+
+class BaselineReport(BaseModel):
+    """Contents of ``baseline.json``."""
+
+    schema_version: int = BASELINE_SCHEMA
+    model: str
+    model_format: Literal["onnx", "mnn"]
+    model_sha256: str
+    reference: str  # "ort-cpu", "ort-cpu fake-quant" or "mnn-cpu"
+    qdq_model: bool = False
+    inputs: InputInfo
+    trusted: bool
+    sentence: str  # plain words: can the reference be trusted, and if not, why
+    gate: GateReport
+    floor: str  # "built" or why there is none
+    created_at: str = Field(default_factory=now_iso)
+    runs: dict[str, str] = Field(default_factory=dict)  # role → sub-directory
+
+
+class BaselineResult(BaseModel):
+    """What ``run_baseline`` returns (and ``qnn-debug baseline --json`` prints)."""
+
+    out: str
+    inputs_path: str
+    report: BaselineReport
+    tensors: dict[str, int]  # run directory → captured tensors
+
+
+@dataclass
+class Baseline:
+    """A loaded baseline directory: runs are memory-mapped on access, nothing is re-run."""
+
+    dir: Path
+    report: BaselineReport
+    reference: Run
+    floor: Run | None
+    mnn_cpu: Run | None
+
+    @property
+    def inputs_path(self) -> Path:
+        return self.dir / INPUTS_FILE
+
+
+def run_baseline(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inputs: str | os.PathLike[str] | None = None,
+                 shapes: dict[str, list[int]] | None = None, seed: int = 0, force: bool = False,
+                 progress: Progress = NULL_PROGRESS, mnn_gate: bool = True) -> BaselineResult:
+    """Build the baseline of ``model`` (``.onnx`` or ``.mnn``) in ``out`` and return its report."""
+    path = Path(model)
+    fmt = _model_format(path)
+    out_dir = _prepare_dir(Path(out), force)
+    if fmt == "onnx":
+        report = _onnx_baseline(path, out_dir, inputs, shapes, seed, progress, mnn_gate)
+    else:
+        report = _mnn_baseline(path, out_dir, inputs, shapes, seed, progress)
+    atomic_write_text(out_dir / BASELINE_FILE, report.model_dump_json(indent=1))
+    counts = {}
+    for sub in report.runs.values():
+        counts[sub] = len(load_run(out_dir / sub).tensors)
+    return BaselineResult(out=str(out_dir), inputs_path=str(out_dir / INPUTS_FILE), report=report, tensors=counts)
+
+
+def load_baseline(path: str | os.PathLike[str]) -> Baseline:
+    """Load a baseline directory written by :func:`run_baseline`, with clear errors when it is not one."""
+    p = Path(path)
+    if p.is_file() and p.name == BASELINE_FILE:
+        p = p.parent
+    if not p.is_dir():
+        raise BadInputError(f"baseline directory {p} does not exist", hint="run `qnn-debug baseline MODEL --out DIR` first")
+    file = p / BASELINE_FILE
+    if not file.exists():
+        raise BadInputError(f"{p} is not a baseline directory (no {BASELINE_FILE})",
+                            hint="pass the --out directory of `qnn-debug baseline`; it may not have finished")
+    try:
+        report = BaselineReport.model_validate(json.loads(file.read_text(encoding="utf-8")))
+    except (OSError, ValueError, ValidationError) as e:
+        raise BadInputError(f"{file} is unreadable: {e}", hint="re-run `qnn-debug baseline`") from None
+    runs = {role: load_run(p / sub) for role, sub in report.runs.items()}
+    return Baseline(dir=p, report=report, reference=runs["reference"], floor=runs.get("fp16_floor"),
+                    mnn_cpu=runs.get("mnn_cpu"))
+
+
+def _model_format(path: Path) -> Literal["onnx", "mnn"]:
+    if not path.exists():
+        raise BadInputError(f"model file {path} does not exist", hint="check the path")
+    suffix = path.suffix.lower()
+    if suffix == ".onnx":
+        return "onnx"
+    if suffix == ".mnn":
+        return "mnn"
+    raise BadInputError(f"cannot tell the format of {path.name}", hint="pass an .onnx or .mnn model")
+
+
+def _prepare_dir(out: Path, force: bool) -> Path:
+    """An empty directory for a new baseline; ``force`` replaces a previous *baseline* only."""
+
+    def is_baseline(p: Path) -> bool:
+        return (p / BASELINE_FILE).exists() or (p / REFERENCE_DIR).is_dir()
+
+    if check_output_dir(out, force=force, is_ours=is_baseline, what="baseline"):
+        for name in (BASELINE_FILE, INPUTS_FILE, REFERENCE_DIR, FLOOR_DIR, MNN_DIR):
+            entry = out / name
+            if entry.is_dir() and ((entry / RUN_FILE).exists() or (entry / TENSOR_DIR).is_dir()):
+                shutil.rmtree(entry)
+            elif entry.is_file():
+                entry.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    return out.resolve()
+
+
+def _onnx_baseline(path: Path, out: Path, inputs: str | os.PathLike[str] | None, shapes: dict[str, list[int]] | None,
+                   seed: int, progress: Progress, mnn_gate: bool) -> BaselineReport:
+    from .inputs import fix_input_shapes, prepare_inputs, save_npz
+    from .onnx_graph import ensure_node_names, graph_inputs, load_onnx
+    from .runstore import sha256_file
+    from .targets.fp16_floor import run_floor
+    from .targets.mnn_cpu import run_mnn_cpu
+    from .targets.onnx_capture import is_qdq_model
+    from .targets.ort_cpu import run_reference
+
+    with progress.stage("baseline: inputs", total=None, message="baseline: loading the model and inputs"):
+        model = ensure_node_names(load_onnx(path))
+        prepared = prepare_inputs(graph_inputs(model), inputs=inputs, shapes=shapes, seed=seed)
+        fixed = fix_input_shapes(model, prepared.shapes)
+        save_npz(out / INPUTS_FILE, prepared.arrays)
+    qdq = is_qdq_model(model)
+    reference = run_reference(path, fixed, prepared, out / REFERENCE_DIR, progress=progress)
+    floor = run_floor(path, fixed, prepared, out / FLOOR_DIR, progress=progress)
+    runs = {"reference": REFERENCE_DIR, "fp16_floor": FLOOR_DIR}
+    if qdq:
+        gate = GateReport(status="not_applicable",
+                          note="QDQ model: MNN's converter does not carry QDQ graphs over (a 47-node A8W8 model "
+                               "became a 1-op .mnn while reporting success), so MNN CPU cannot cross-check it")
+        trusted, sentence = True, (
+            "Trusted: the reference is ONNX Runtime's fake-quant run of this QDQ model (float DequantizeLinear → op → "
+            "QuantizeLinear); ORT's integer kernels are not used because they saturate on CPUs without VNNI.")
+    elif not mnn_gate:
+        gate = GateReport(status="skipped", note="the MNN CPU gate was switched off")
+        trusted, sentence = False, ("Not verified: the MNN CPU gate was not run, so nothing independent confirms "
+                                    "the ONNX Runtime reference; run baseline without --no-mnn-gate.")
+    else:
+        mnn = run_mnn_cpu(path, prepared, out / MNN_DIR, role="mnn_cpu", onnx_model=fixed, progress=progress)
+        runs["mnn_cpu"] = MNN_DIR
+        with progress.stage("baseline: gate", total=None, message="baseline: comparing MNN CPU with ONNX Runtime"):
+            gate = gate_report(reference, mnn, floor)
+        trusted, sentence = _verdict(gate)
+    return BaselineReport(
+        model=str(path.resolve()), model_format="onnx", model_sha256=sha256_file(path),
+        reference="ort-cpu fake-quant" if qdq else "ort-cpu", qdq_model=qdq, inputs=prepared.info,
+        trusted=trusted, sentence=sentence, gate=gate, floor="built", runs=runs,
+    )
+
+
+def _mnn_baseline(path: Path, out: Path, inputs: str | os.PathLike[str] | None, shapes: dict[str, list[int]] | None,
+                  seed: int, progress: Progress) -> BaselineReport:
+    from .inputs import prepare_inputs, save_npz
+    from .mnn.model_reader import read_mnn_model
+    from .runstore import sha256_file
+    from .targets.mnn_cpu import mnn_io, run_mnn_cpu
+
+    with progress.stage("baseline: inputs", total=None, message="baseline: reading the .mnn model and inputs"):
+        specs, _ = mnn_io(read_mnn_model(path))
+        prepared = prepare_inputs(specs, inputs=inputs, shapes=shapes, seed=seed)
+        save_npz(out / INPUTS_FILE, prepared.arrays)
+    run_mnn_cpu(path, prepared, out / REFERENCE_DIR, role="reference", progress=progress)
+    return BaselineReport(
+        model=str(path.resolve()), model_format="mnn", model_sha256=sha256_file(path), reference="mnn-cpu",
+        inputs=prepared.info, trusted=True,
+        sentence="Trusted as is: MNN CPU fp32 is the reference for an .mnn model; there is no second implementation to check it against.",
+        gate=GateReport(status="not_applicable", note=".mnn model: MNN CPU is the reference itself"),
+        floor=MNN_FLOOR_UNAVAILABLE,
+        runs={"reference": REFERENCE_DIR},
+    )
+
+
+def rel_error(test: np.ndarray, ref: np.ndarray) -> tuple[float | None, float | None]:
+    """(max|test-ref| / max|ref|, max|test-ref|); (None, None) when either side is not finite."""
+    import numpy as np
+
+    r = np.asarray(ref, dtype=np.float64)
+    t = np.asarray(test, dtype=np.float64)
+    if r.size == 0:
+        return 0.0, 0.0
+    if not (np.isfinite(r).all() and np.isfinite(t).all()):
+        return None, None
+    diff = float(np.max(np.abs(t - r)))
+    scale = float(np.max(np.abs(r)))
+    return (diff / scale if scale > 0 else (0.0 if diff == 0 else float(diff))), diff
+
+
+def gate_report(reference: Run, mnn: Run, floor: Run | None) -> GateReport:
+    """MNN CPU vs ORT CPU on every tensor they share; the final outputs decide."""
+    worst_name, worst_rel, compared = None, -1.0, 0
+    mismatches: list[str] = []
+    outputs = set(reference.record.outputs)
+    per_output: list[GateOutput] = []
+    for rec in reference.tensors:
+        if rec.kind == "input" or not mnn.has(rec.name):
+            continue
+        ref, got = reference.array(rec.name), mnn.array(rec.name)
+        if tuple(ref.shape) != tuple(got.shape):
+            if got.size == ref.size:
+                got = got.reshape(ref.shape)  # e.g. MNN keeps [1, C] where ONNX says [1, C, 1, 1]
+            else:
+                mismatches.append(rec.name)
+                continue
+        if ref.dtype.kind != "f":
+            continue
+        compared += 1
+        rel, max_abs = rel_error(got, ref)
+        score = float("inf") if rel is None else rel
+        if score > worst_rel:
+            worst_name, worst_rel = rec.name, score
+        if rec.name in outputs:
+            floor_rel = rel_error(floor.array(rec.name), ref)[0] if floor is not None and floor.has(rec.name) else None
+            limit = min(GATE_MAX_LIMIT, max(GATE_MIN_LIMIT, GATE_FLOOR_FRACTION * (floor_rel or 0.0)))
+            per_output.append(GateOutput(name=rec.name, rel_error=rel, max_abs=max_abs, floor_rel_error=floor_rel,
+                                         ref_max_abs=_max_abs(ref), limit=limit,
+                                         passed=rel is not None and rel <= limit))
+    if not per_output:
+        return GateReport(status="failed", compared_tensors=compared, shape_mismatches=mismatches[:50],
+                          worst_tensor=worst_name, worst_tensor_rel_error=_finite(worst_rel),
+                          note="MNN CPU produced none of the model's final outputs under their ONNX names")
+    rels = [o.rel_error for o in per_output]
+    max_rel = None if any(r is None for r in rels) else max(r for r in rels if r is not None)
+    return GateReport(
+        status="passed" if all(o.passed for o in per_output) else "failed", max_rel_error=max_rel,
+        worst_tensor=worst_name, worst_tensor_rel_error=_finite(worst_rel), compared_tensors=compared,
+        outputs=per_output, shape_mismatches=mismatches[:50],
+    )
+
+
+def _max_abs(a: np.ndarray) -> float:
+    import numpy as np
+
+    finite = np.abs(np.asarray(a, dtype=np.float64))
+    finite = finite[np.isfinite(finite)]
+    return float(finite.max()) if finite.size else 0.0
+
+
+def _finite(x: float) -> float | None:
+    return None if x in (float("inf"), -1.0) else x
+
+
+def _verdict(gate: GateReport) -> tuple[bool, str]:
+    if gate.status == "passed":
+        return True, (f"Trusted: MNN CPU and ONNX Runtime agree on the final outputs to {gate.max_rel_error:.1e} "
+                      f"relative error, well below the fp16 floor.")
+    bad = [o for o in gate.outputs if not o.passed]
+    if not bad:
+        return False, f"Not trusted: {gate.note}."
+    o = bad[0]
+    if o.rel_error is None:
+        return False, (f"Not trusted: output {o.name!r} is NaN or infinite in MNN CPU or ONNX Runtime, so the two "
+                       f"fp32 implementations cannot be compared.")
+    if o.ref_max_abs < NEAR_ZERO:
+        return False, (f"Not trusted: output {o.name!r} is almost zero everywhere for these inputs (max |x| = "
+                       f"{o.ref_max_abs:.1e}), so relative errors say nothing; pass realistic inputs with --inputs.")
+    return False, (f"Not trusted: MNN CPU and ONNX Runtime disagree on output {o.name!r} by {o.rel_error:.1e} "
+                   f"relative error (limit {o.limit:.1e}), so a QNN error of that size could be the reference's; "
+                   f"check the worst tensor {gate.worst_tensor!r} first.")

@@ -1,0 +1,113 @@
+"""``qnn-debug compare REFERENCE TARGET``: metrics per tensor, the first failing op and a verdict.
+
+``--json`` takes an optional value here: ``--json`` or ``--json -`` prints the one JSON document on
+stdout (the project-wide convention), ``--json FILE`` writes it to FILE and keeps the human summary on
+stdout. A bare ``--json`` directly before the positional arguments still means stdout: a token is only
+taken as FILE when REFERENCE and TARGET are both given elsewhere on the line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from typer.core import TyperCommand
+
+from ..errors import QnnDebugError
+from .app import app
+from .common import cli_progress, emit, fail
+
+STDOUT = "-"
+
+
+def normalize_optional_value(args: list[str], option: str, params: list[Any], flag_value: str = STDOUT) -> list[str]:
+    """Rewrite ``option`` without a value into ``option=flag_value`` (click cannot make values optional
+    through typer). The next token is the option's value only if the positionals are complete without it."""
+    if option not in args:
+        return args
+    k = args.index(option)
+    nxt = args[k + 1] if k + 1 < len(args) else None
+    if nxt is None or (nxt.startswith("-") and nxt != STDOUT):
+        return [*args[:k], f"{option}={flag_value}", *args[k + 1 :]]
+    # typer vendors its own click, so parameters are told apart by click's ``param_type_name``.
+    options = [p for p in params if p.param_type_name == "option"]
+    needs_value = {o for p in options if not p.is_flag and not p.count for o in p.opts}
+    wanted = sum(1 for p in params if p.param_type_name == "argument" and p.required)
+    rest = args[:k] + args[k + 2 :]
+    positionals, i = 0, 0
+    while i < len(rest):
+        tok = rest[i]
+        if tok == "--":
+            positionals += len(rest) - i - 1
+            break
+        if tok in needs_value:
+            i += 2
+            continue
+        if not tok.startswith("-") or tok == STDOUT:
+            positionals += 1
+        i += 1
+    if positionals < wanted:
+        return [*args[:k], f"{option}={flag_value}", *args[k + 1 :]]
+    return args
+
+
+class OptionalJsonCommand(TyperCommand):
+    """A typer command whose ``--json`` value is optional (see the module docstring)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        result: list[str] = super().parse_args(ctx, normalize_optional_value(list(args), "--json", self.params))
+        return result
+
+
+@app.command("compare", cls=OptionalJsonCommand)
+def compare(
+    reference: Path = typer.Argument(..., help="Baseline directory (reference/ + fp16_floor/) or a reference run."),
+    target: Path = typer.Argument(..., help="A run directory, an MNN QNN dump directory (manifest_*.tsv) or an .npz."),
+    model: Path = typer.Option(None, "--model", help="The reference's ONNX model (default: the one recorded in the baseline)."),
+    mnn_model: Path = typer.Option(None, "--mnn-model", help="Source .mnn that names t<N> in an MNN dump (default: the baseline's)."),
+    execution: int = typer.Option(None, "--execution", help="Which execution of an MNN dump (default: the newest)."),
+    report: Path = typer.Option(None, "--report", help="Write compare.md, compare.json and error_by_position.png here."),
+    json_out: str = typer.Option(None, "--json", metavar="[FILE|-]",
+                                 help="JSON result: on stdout (--json or --json -) or into FILE."),
+    no_local: bool = typer.Option(False, "--no-local", help="Do not re-run suspect ops on CPU (faster, less certain)."),
+) -> None:
+    """Compare TARGET with REFERENCE tensor by tensor, name the first failing op and give a verdict."""
+    from ..compare.engine import CompareOptions, compare_paths
+
+    to_stdout = json_out == STDOUT
+    try:
+        with cli_progress() as progress:
+            result = compare_paths(reference, target, model=model, mnn_model=mnn_model, execution=execution,
+                                   report_dir=report, json_path=None if json_out in (None, STDOUT) else json_out,
+                                   options=CompareOptions(local_checks=not no_local), progress=progress)
+    except QnnDebugError as e:
+        fail(e, to_stdout)
+
+    def human() -> None:
+        print_summary(result)
+        if json_out not in (None, STDOUT):
+            typer.echo(f"JSON: {json_out}")
+
+    emit(result, to_stdout, human)
+
+
+def print_summary(result: Any) -> None:
+    """The verdict, the first failing op and the worst tensors, in a few lines."""
+    v, ff = result.verdict, result.first_failing
+    typer.echo(f"verdict: {v.kind}" + (f" ({v.pattern})" if v.pattern != "none" else "") + f", confidence {v.confidence:.2f}")
+    typer.echo(f"  {v.summary}")
+    if ff is not None:
+        le = ff.local_error
+        local = f"; local SQNR {le.sqnr_db} dB on the target's own inputs" if le is not None and le.sqnr_db is not None else ""
+        typer.echo(f"first failing: tensor {ff.tensor!r} from {ff.op} ({ff.op_type}) at position {ff.position}{local}")
+    c = result.counts
+    typer.echo(f"tensors: {c.get('aligned', 0)} aligned, {c.get('unaligned', 0)} not aligned"
+               + (f"; report: {result.report_files['markdown']}" if result.report_files else ""))
+    worst = sorted((r for r in result.tensors if r.excess_db), key=lambda r: -(r.excess_db or 0.0))[:5]
+    for r in worst:
+        f = (r.floor_metrics or {}).get("sqnr_db")
+        typer.echo(f"  {r.position:>5} {r.name:<32} SQNR {r.metrics.get('sqnr_db')} dB (floor {f}), "
+                   f"{r.excess_db} dB beyond the floor, {r.status}")
+    for w in result.warnings[:5]:
+        typer.echo(f"  warning: {w}")

@@ -1,0 +1,58 @@
+"""``qnn-debug diagnose MODEL --target htp-sim --out DIR``: baseline, dump and compare in one go."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import BadInputError, QnnDebugError
+from .app import app
+from .baseline_cmd import INPUTS_OPTION, SEED_OPTION, SHAPE_OPTION, default_out
+from .common import FORCE_OPTION, JSON_OPTION, cli_progress, emit, fail
+from .compare_cmd import print_summary
+from .dump_cmd import parse_options
+
+
+@app.command("diagnose")
+def diagnose(
+    model: Path = typer.Argument(..., help="The .onnx model to diagnose."),
+    target: str = typer.Option("htp-sim", "--target", help="Where QNN runs: htp-sim, device or host."),
+    out: Path = typer.Option(None, "--out", help="Output directory [default: qnn-debug-runs/<model>/diagnose-<target>]."),
+    inputs: Path = INPUTS_OPTION,
+    shape: list[str] = SHAPE_OPTION,
+    seed: int = SEED_OPTION,
+    soc: int = typer.Option(69, "--soc", help="QNN soc_model (69 = Snapdragon 8 Elite)."),
+    arch: int = typer.Option(None, "--arch", help="HTP architecture without the 'v' (default: the SoC's)."),
+    precision: str = typer.Option("fp16", "--precision", help="fp16, or quantized for QDQ models."),
+    mnn_gate: bool = typer.Option(True, "--mnn-gate/--no-mnn-gate", help="Cross-check the reference with MNN CPU."),
+    option: list[str] = typer.Option(None, "--option", help="Target setting key=value (repeatable)."),
+    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds before the target run is abandoned."),
+    force: bool = FORCE_OPTION,
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Build the baseline, dump every tensor on the target, compare, and report the first failing op."""
+    from ..diagnose import diagnose as run_diagnose
+    from ..inputs import parse_shape_args
+
+    try:
+        if precision not in ("fp16", "fp32", "quantized"):
+            raise BadInputError(f"unknown --precision {precision!r}", hint="use fp16 or quantized")
+        with cli_progress() as progress:
+            result = run_diagnose(model, out or default_out(model, f"diagnose-{target}"), inputs=inputs,
+                                  shapes=parse_shape_args(shape), target=target, precision=precision,  # type: ignore[arg-type]
+                                  soc_model=soc, htp_arch=arch, seed=seed, force=force, mnn_gate=mnn_gate,
+                                  target_options=parse_options(option), timeout=timeout, progress=progress)
+    except QnnDebugError as e:
+        fail(e, json_out)
+
+    def human() -> None:
+        typer.echo(f"diagnosis of {model.name} in {result.out}")
+        if result.baseline_sentence:
+            typer.echo(f"baseline: {result.baseline_sentence}")
+        print_summary(result.compare)
+        t = result.timings
+        typer.echo(f"time: baseline {t.get('baseline_s')} s, {target} {t.get('dump_s')} s (side by side), "
+                   f"compare {t.get('compare_s')} s, total {t.get('total_s')} s")
+
+    emit(result, json_out, human)

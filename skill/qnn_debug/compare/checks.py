@@ -1,0 +1,55 @@
+"""Check one suspect: cut it out, re-run it on the target's inputs, and test alternative semantics."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..runstore import Run
+from .align import load_in_reference_layout, match_layout
+from .local_error import Fetch, LocalRunError, ModelIndex, measure, prepare
+from .localize import Suspect
+from .patterns import PatternContext, run_tests
+from .schema import LocalError
+from .thresholds import Thresholds
+from .verdict import Finding
+
+
+def fetcher(reference: Run, target: Run) -> Fetch:
+    """Values for a segment input: the target's own (in reference layout) when it has them."""
+
+    def fetch(name: str) -> tuple[np.ndarray, str] | None:
+        ref_shape = reference.info(name).shape if reference.has(name) else None
+        if target.has(name):
+            rec = target.info(name)
+            if ref_shape is None or match_layout(ref_shape, rec.shape) is not None:
+                return load_in_reference_layout(target, rec, ref_shape or rec.shape), "target"
+        if reference.has(name):
+            return np.asarray(reference.array(name, mmap=False)), "reference"
+        return None
+
+    return fetch
+
+
+def check_suspect(index: ModelIndex, suspect: Suspect, reference: Run, target: Run, *,
+                  quantized: bool, th: Thresholds, patterns: bool = True) -> Finding:
+    """Local error of the suspect (and, when it is wrong, the pattern that reproduces the target)."""
+    names = [n.name for n in suspect.segment] + [suspect.op.name]
+    try:
+        run = prepare(index, names, fetcher(reference, target))
+    except LocalRunError as e:
+        return Finding(suspect, LocalError(note=str(e), segment=names))
+    rec = target.info(suspect.tensor)
+    target_out = load_in_reference_layout(target, rec, reference.info(suspect.tensor).shape).astype(np.float32)
+    scale = None
+    if rec.quant is not None:
+        scale = float(np.mean(rec.quant.scale)) if isinstance(rec.quant.scale, list) else float(rec.quant.scale)
+    le = measure(run, suspect.tensor, target_out, op_type=suspect.op.op_type, quant_scale=scale, th=th)
+    finding = Finding(suspect, le, reads_graph_input=any(b in index.graph_inputs for b in run.segment.boundary))
+    if le.ok is False and patterns and suspect.tensor in run.outputs:
+        local = run.outputs[suspect.tensor]
+        if local.size == target_out.size:
+            ctx = PatternContext(run, suspect.tensor, target_out.reshape(local.shape), le.sqnr_db, quantized, th)
+            finding.best, finding.trials = run_tests(ctx)
+            node = finding.best.details.get("node") if finding.best is not None else None
+            finding.pinned = next((op for op in suspect.segment if op.name == node), None)
+    return finding

@@ -1,0 +1,269 @@
+"""``compare_runs``: reference (+ fp16 floor) vs target → metrics per tensor, first failing op, verdict.
+
+Pipeline: align by name and layout → stream metrics for target and floor (one tensor at a time,
+memory-mapped) → check the inputs → excess over the floor per tensor → suspects where the excess jumps
+→ re-run each suspect on the target's inputs (local error) until one is wrong → test which wrong
+semantics reproduce it → verdict. ``compare_paths`` adds the file handling around it (baseline dirs,
+MNN dumps, ``.npz`` targets, report files).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ..errors import BadInputError
+from ..onnx_graph import is_floor_helper
+from ..progress import NULL_PROGRESS, Progress
+from ..runstore import Run, atomic_write_text, sha256_file
+from .align import DEFAULT_CHUNK, Pair, align, pair_stats
+from .importers import ReferenceSide, open_reference, open_target, target_kind
+from .localize import OpNode, find_suspects, judge_tensor, ops_without_graph
+from .metrics import metric_values
+from .schema import CompareResult, TensorRow
+from .thresholds import Thresholds
+from .verdict import Finding, Findings, decide
+
+
+class CompareOptions(BaseModel):
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    chunk: int = DEFAULT_CHUNK  # elements per streamed chunk
+    local_checks: bool = True  # re-run suspects on CPU (needs the ONNX model)
+    patterns: bool = True  # test alternative semantics on a confirmed bug
+
+
+def compare_paths(reference: str | Path, target: str | Path, *, model: str | Path | None = None,
+                  mnn_model: str | Path | None = None, execution: int | None = None,
+                  report_dir: str | Path | None = None, json_path: str | Path | None = None,
+                  options: CompareOptions | None = None, progress: Progress = NULL_PROGRESS) -> CompareResult:
+    """Compare TARGET (run dir, MNN dump dir or ``.npz``) with REFERENCE (baseline or run dir)."""
+    side = open_reference(reference)
+    kind = target_kind(target)
+    report = Path(report_dir) if report_dir is not None else None
+    if json_path is not None:
+        _check_json_path(Path(json_path))
+    with contextlib.ExitStack() as stack:
+        if kind == "run":
+            work = Path(target)
+        elif report is not None:
+            work = report / "target_run"
+        else:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="qnn-debug-target-")))
+        guess = mnn_model or _mnn_model_guess(side, model)
+        run, kind = open_target(target, reference=side.reference, work_dir=work,
+                                mnn_model=Path(guess) if guess else None, execution=execution, progress=progress)
+        onnx_model, model_path, note = resolve_model(side.reference, model)
+        result = compare_runs(side, run, model=onnx_model, model_path=model_path, target_kind=kind,
+                              options=options, progress=progress, model_note=note)
+        result.target = str(target)
+        if report is not None:
+            from .report import write_report
+
+            result.report_files = write_report(result, report)
+        if json_path is not None:
+            atomic_write_text(Path(json_path), result.model_dump_json(indent=1))
+        return result
+
+
+def _check_json_path(path: Path) -> None:
+    if path.is_dir():
+        raise BadInputError(f"--json {path} is a directory", hint="give a file name, or `--json -` for stdout")
+    if path.exists() and path.suffix.lower() != ".json":
+        raise BadInputError(f"refusing to overwrite {path} with the JSON result (it is not a .json file)",
+                            hint="give a new file name ending in .json, or `--json -` for stdout")
+
+
+def _mnn_model_guess(side: ReferenceSide, model: str | Path | None) -> Path | None:
+    """The .mnn that names t<N> in an MNN dump: --model if it is one, else the baseline's converted model."""
+    if model is not None and Path(model).suffix.lower() == ".mnn":
+        return Path(model)
+    info = side.reference.record.model
+    if info is not None and info.format == "mnn" and Path(info.path).exists():
+        return Path(info.path)
+    if side.baseline_dir is not None:
+        found = sorted((side.baseline_dir / "mnn_cpu").glob("*.mnn"))
+        if found:
+            return found[0]
+    return None
+
+
+def resolve_model(reference: Run, model: str | Path | None) -> tuple[Any, str | None, str | None]:
+    """(onnx model or None, its path, why there is none). A given model must be the reference's own."""
+    from ..onnx_graph import load_onnx
+
+    info = reference.record.model
+    if model is not None and Path(model).suffix.lower() != ".mnn":
+        path = Path(model)
+        loaded = load_onnx(path)
+        if info is not None and info.format == "onnx" and info.sha256 and sha256_file(path) != info.sha256:
+            raise BadInputError(
+                f"--model {path} is not the model the reference was built from ({info.path})",
+                hint="pass the model given to `qnn-debug baseline`, or leave --model out to use it",
+            )
+        return loaded, str(path), None
+    if info is None or info.format != "onnx":
+        return None, None, "no ONNX model for this reference (pass --model MODEL.onnx to re-run ops)"
+    path = Path(info.path)
+    if not path.exists():
+        return None, None, f"the reference's model {path} no longer exists (pass --model)"
+    if info.sha256 and sha256_file(path) != info.sha256:
+        return None, None, f"the reference's model {path} changed since the baseline (pass --model)"
+    return load_onnx(path), str(path), None
+
+
+def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_path: str | None = None,
+                 target_kind: str = "run", options: CompareOptions | None = None,
+                 progress: Progress = NULL_PROGRESS, model_note: str | None = None) -> CompareResult:
+    """The comparison itself, on loaded runs; ``model`` (an ONNX ModelProto) enables local re-runs."""
+    t_start = time.monotonic()
+    opts = options or CompareOptions()
+    th = opts.thresholds
+    ref = side.reference
+    alignment = align(ref, target)
+    if not alignment.pairs:
+        raise BadInputError(
+            f"none of the {len(ref.tensors)} reference tensors is in the target ({len(target.tensors)} tensors)",
+            hint="is the target a run of the same model? Tensors are matched by their model names",
+            details={"reference_names": ref.names()[:10], "target_names": target.names()[:10]},
+        )
+    floor_pairs: dict[str, Pair] = {}
+    if side.floor is not None:
+        floor_pairs = {p.name: p for p in align(ref, side.floor, ignore=is_floor_helper).pairs}
+    _check_input_hashes(ref, target, alignment.pairs)
+
+    rows: dict[str, TensorRow] = {}
+    with progress.stage("compare: tensors", total=len(alignment.pairs), message="compare: metrics per tensor") as advance:
+        for pair in alignment.pairs:
+            stats = pair_stats(ref, target, pair, atol=th.atol, rtol=th.rtol, chunk=opts.chunk)
+            floor_values = None
+            fp = floor_pairs.get(pair.name)
+            if fp is not None and side.floor is not None:
+                floor_values = metric_values(pair_stats(ref, side.floor, fp, atol=th.atol, rtol=th.rtol, chunk=opts.chunk))
+            rec = pair.ref
+            row = TensorRow(name=pair.name, op=rec.op, op_type=rec.op_type, position=rec.position,
+                            metrics=metric_values(stats), floor_metrics=floor_values,
+                            layout=None if pair.layout == "same" else pair.layout,
+                            target_name=pair.other.target_name, quantized=pair.other.quant is not None)
+            judged = judge_tensor(row.metrics, row.floor_metrics, rec.op_type, th)
+            row.excess_db = None if judged.excess_db is None else round(judged.excess_db, 2)
+            row.status = judged.status
+            rows[pair.name] = row
+            advance()
+
+    quantized = target.record.precision == "quantized" or any(r.quantized for r in rows.values())
+    zero_inputs = _check_inputs(ref, target, rows, th)
+    ops, non_float, index, local_note = _graph(model, ref, opts, model_note)
+    excess = {n: r.excess_db for n, r in rows.items()}
+    for name in non_float:
+        excess.pop(name, None)
+    suspects, jumps = find_suspects(ops, excess, th, exact=non_float)
+    for name, jump in jumps.items():
+        if name in rows:
+            rows[name].jump_db = round(jump, 2)
+
+    findings: list[Finding] = []
+    if suspects and index is not None:
+        from .checks import check_suspect
+
+        with progress.stage("compare: local error", total=min(len(suspects), th.max_local_checks),
+                            message="compare: re-running suspect ops on CPU") as advance:
+            for suspect in suspects[: th.max_local_checks]:
+                finding = check_suspect(index, suspect, ref, target, quantized=quantized, th=th,
+                                        patterns=opts.patterns)
+                findings.append(finding)
+                advance()
+                if finding.local is not None and finding.local.ok is False:
+                    break
+    else:
+        findings = [Finding(s, None) for s in suspects]
+    consumers: dict[str, str] = {}
+    for op in ops:
+        for i in op.inputs:
+            consumers.setdefault(i, op.name)
+    fs = Findings(rows=rows, findings=findings, quantized=quantized, outputs=list(ref.record.outputs),
+                  zero_inputs=zero_inputs, input_consumers=consumers, local_unavailable=local_note,
+                  observer_effect_db=target.record.observer_effect_db)
+    verdict, first = decide(fs, th)
+    if len(suspects) > len(findings):
+        verdict.evidence["unchecked_suspects"] = [
+            {"tensor": s.tensor, "op": s.op.name, "jump_db": round(s.jump_db, 1)} for s in suspects[len(findings):][:5]]
+    warnings = list(target.record.warnings)
+    if local_note:
+        warnings.append(f"local error not computed: {local_note}")
+    ordered = sorted(rows.values(), key=lambda r: r.position)
+    return CompareResult(
+        reference=str(ref.dir), target=str(target.dir), target_kind=target_kind,
+        floor=str(side.floor.dir) if side.floor is not None else None, model=model_path,
+        precision=target.record.precision, first_failing=first, verdict=verdict, tensors=ordered,
+        observer_effect_db=target.record.observer_effect_db, unaligned=alignment.unaligned,
+        counts={"reference_tensors": len(ref.tensors), "target_tensors": len(target.tensors),
+                "aligned": len(rows), "unaligned": len(alignment.unaligned), "suspects": len(suspects),
+                "local_checks": sum(f.local is not None for f in findings),
+                "floor_aligned": sum(r.floor_metrics is not None for r in rows.values())},
+        warnings=warnings, thresholds=th.model_dump(), elapsed_s=round(time.monotonic() - t_start, 3),
+    )
+
+
+def _graph(model: Any, ref: Run, opts: CompareOptions,
+           model_note: str | None) -> tuple[list[OpNode], set[str], Any, str | None]:
+    """Ops in execution order, non-float tensor names, a ModelIndex for re-runs, and why none."""
+    if model is None:
+        order = [(t.name, t.op, t.op_type, t.position) for t in ref.iter_in_order()]
+        return ops_without_graph(order), set(), None, model_note or "no ONNX model"
+    from ..onnx_graph import initializer_names, nodes_in_order
+    from .local_error import ModelIndex
+
+    index = ModelIndex.build(model)
+    inits = initializer_names(index.model)
+    ops = [OpNode(n.position, n.name, n.op_type, tuple(i for i in n.inputs if i and i not in inits), n.outputs)
+           for n in nodes_in_order(index.model)]
+    non_float = {name for name in index.elem_types if not index.is_float(name)}
+    return ops, non_float, index if opts.local_checks else None, None if opts.local_checks else "local checks switched off"
+
+
+def _check_input_hashes(ref: Run, target: Run, pairs: list[Pair]) -> None:
+    """Runs on different inputs cannot be compared; say so unless the inputs themselves are in the target."""
+    a, b = ref.record.inputs, target.record.inputs
+    if a is None or b is None or not a.sha256 or not b.sha256 or a.sha256 == b.sha256:
+        return
+    if any(p.ref.kind == "input" for p in pairs):
+        return  # the input tensors are compared directly (see _check_inputs)
+    raise BadInputError(
+        f"the target ran on different inputs than the reference (input sha256 {b.sha256[:12]} vs {a.sha256[:12]})",
+        hint="re-run the target with the baseline's inputs.npz (--inputs <baseline>/inputs.npz)",
+    )
+
+
+def _check_inputs(ref: Run, target: Run, rows: dict[str, TensorRow], th: Thresholds) -> list[str]:
+    """Graph inputs the target holds as zeros (input not copied); raise if it ran on other data."""
+    zeros: list[str] = []
+    for rec in ref.tensors:
+        if rec.kind != "input":
+            continue
+        candidates = [n for n in (rec.name, f"{rec.name}@cast") if target.has(n)]
+        for name in candidates:
+            arr = target.array(name)
+            if arr.size and not np.any(arr) and np.any(ref.array(rec.name)):
+                zeros.append(rec.name)
+                break
+        row = rows.get(rec.name)
+        if rec.name in zeros or row is None or row.excess_db is None or row.excess_db < th.jump_db:
+            continue
+        q = target.info(rec.name).quant
+        if q is not None and row.metrics.get("max_abs") is not None:
+            scale = float(np.mean(q.scale)) if isinstance(q.scale, list) else float(q.scale)
+            if (row.metrics["max_abs"] or 0.0) <= 1.01 * scale:
+                continue  # the input quantized to the target's grid: expected
+        raise BadInputError(
+            f"the target ran on a different input {rec.name!r} (SQNR {row.metrics.get('sqnr_db')} dB against the reference's)",
+            hint="re-run the target with the baseline's inputs.npz (--inputs <baseline>/inputs.npz)",
+            details={"input": rec.name, "metrics": row.metrics},
+        )
+    return zeros
+

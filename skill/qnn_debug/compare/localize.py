@@ -1,0 +1,138 @@
+"""Find the ops where the target's error *jumps* beyond the fp16 floor, walking in execution order.
+
+Each tensor gets an **excess**: how many dB its target SQNR falls short of the floor's SQNR (the floor is
+capped, because HTP never does better than about fp16). An op is a **suspect** when its output's excess
+exceeds the worst excess among its inputs by ``jump_db``: its inputs agree with the reference (relative to
+the floor) and its output does not. Whether the op is really wrong is decided afterwards by its local error.
+
+Tensors the target did not dump (fused away) get the excess of their producer's inputs, i.e. the unseen op
+is presumed innocent; the suspect then carries the *segment* of unseen ops that a local re-run must
+include. End-to-end error and cosine are never used here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .schema import MetricValues, TensorStatus
+from .thresholds import Thresholds
+
+TINY_ABS = 1e-7  # errors below this are noise whatever the relative numbers say (all-zero references)
+
+
+@dataclass(frozen=True)
+class OpNode:
+    """An op in execution order. ``inputs`` excludes initializers and empty optional inputs."""
+
+    position: int
+    name: str
+    op_type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+@dataclass
+class TensorJudgement:
+    excess_db: float | None  # None: cannot judge (reference not finite, empty tensor)
+    status: TensorStatus
+
+
+@dataclass
+class Suspect:
+    op: OpNode
+    tensor: str  # the output with the largest excess
+    excess_db: float
+    input_excess_db: float
+    jump_db: float
+    segment: list[OpNode] = field(default_factory=list)  # unseen ops feeding ``op`` (not dumped), in order
+
+
+def judge_tensor(metrics: MetricValues, floor_metrics: MetricValues | None, op_type: str | None,
+                 th: Thresholds) -> TensorJudgement:
+    """Excess over the (capped) floor and a status; op-specific absolute tolerances apply (Sigmoid, Softmax)."""
+    if (metrics.get("ref_nonfinite") or 0) > 0:
+        return TensorJudgement(None, "unknown")
+    expected = th.floor_cap_db
+    if floor_metrics is not None and floor_metrics.get("sqnr_db") is not None:
+        expected = min(expected, float(floor_metrics["sqnr_db"] or 0.0))
+    if (metrics.get("nan") or 0) + (metrics.get("inf") or 0) > 0:
+        return TensorJudgement(max(expected, th.jump_db), "bad")
+    sqnr, max_abs = metrics.get("sqnr_db"), metrics.get("max_abs")
+    if sqnr is None or max_abs is None:
+        return TensorJudgement(None, "unknown")
+    abs_tol = th.op_abs_tol.get(op_type or "", 0.0)
+    if max_abs <= max(abs_tol, TINY_ABS):
+        return TensorJudgement(0.0, "ok")
+    excess = max(0.0, expected - float(sqnr))
+    status: TensorStatus = "ok" if excess < th.excess_ok_db else ("degraded" if excess < th.jump_db else "bad")
+    return TensorJudgement(excess, status)
+
+
+def find_suspects(ops: list[OpNode], excess: dict[str, float | None], th: Thresholds,
+                  exact: set[str] | frozenset[str] = frozenset()) -> tuple[list[Suspect], dict[str, float]]:
+    """Suspects in execution order, and the jump of every judged op output.
+
+    ``excess`` holds every aligned tensor (None = not judgeable); names absent from it were not
+    dumped. Graph inputs absent from it count as exact (the target ran on the reference's inputs), and
+    so do ``exact`` tensors (integer shape arithmetic, which float error cannot change).
+    """
+    producer = {o: op for op in ops for o in op.outputs}
+    effective: dict[str, float] = {}
+    unseen_feeders: dict[str, list[OpNode]] = {}
+
+    def eff(name: str) -> float:
+        if name in effective:
+            return effective[name]
+        if name in exact:
+            return 0.0
+        value = excess.get(name)
+        if value is None:
+            op = producer.get(name)
+            value = max((eff(i) for i in op.inputs), default=0.0) if op is not None else 0.0
+        effective[name] = value
+        return value
+
+    def feeders(op: OpNode) -> list[OpNode]:
+        """Unseen ops between ``op`` and the nearest dumped tensors (the segment a re-run needs)."""
+        seen: dict[str, OpNode] = {}
+        stack = [i for i in op.inputs if i not in excess]
+        while stack:
+            name = stack.pop()
+            prod = producer.get(name)
+            if prod is None or prod.name in seen:
+                continue
+            seen[prod.name] = prod
+            stack.extend(i for i in prod.inputs if i not in excess)
+        return sorted(seen.values(), key=lambda n: n.position)
+
+    suspects: list[Suspect] = []
+    jumps: dict[str, float] = {}
+    for op in ops:
+        in_excess = max((eff(i) for i in op.inputs), default=0.0)  # in order, so recursion stays shallow
+        judged = [(excess[o], o) for o in op.outputs if excess.get(o) is not None]
+        if not judged:
+            continue
+        out_excess, worst = max(judged, key=lambda x: float(x[0] or 0.0))
+        jump = float(out_excess or 0.0) - in_excess
+        for value, name in judged:
+            jumps[name] = float(value or 0.0) - in_excess
+        if float(out_excess or 0.0) >= th.jump_db and jump >= th.jump_db:
+            unseen_feeders[op.name] = feeders(op)
+            suspects.append(Suspect(op, worst, float(out_excess or 0.0), in_excess, jump, unseen_feeders[op.name]))
+    return suspects, jumps
+
+
+def ops_without_graph(order: list[tuple[str, str | None, str | None, int]]) -> list[OpNode]:
+    """Fallback when no ONNX model is available: each tensor is its own op, fed by the tensor before it.
+
+    Graph edges are unknown, so "its inputs agree" becomes "everything earlier agrees". ``order`` holds
+    (tensor, op, op_type, position) in execution order.
+    """
+    ops: list[OpNode] = []
+    previous: tuple[str, ...] = ()
+    for name, op, op_type, position in order:
+        if position < 0:
+            continue
+        ops.append(OpNode(position, op or name, op_type or "?", previous, (name,)))
+        previous = (*previous, name)[-64:]
+    return ops

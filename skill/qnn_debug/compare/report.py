@@ -1,0 +1,158 @@
+"""Write a comparison as ``compare.md`` (readable in 30 seconds), ``compare.json`` and a PNG plot.
+
+The Markdown leads with the verdict sentence, then the first failing op with its numbers, the plot of
+error against execution position (target and floor, first failing op marked), the rows around the
+first failing op and the worst rows, the model outputs, and what could not be aligned.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..runstore import atomic_write_text
+from .schema import CompareResult, TensorRow
+
+MD_FILE, JSON_FILE, PLOT_FILE = "compare.md", "compare.json", "error_by_position.png"
+MAX_ROWS, MAX_UNALIGNED = 30, 20
+
+
+def write_report(result: CompareResult, out: str | Path) -> dict[str, str]:
+    """Write the three files into ``out`` (created if needed); returns their paths by kind."""
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    files = {"markdown": str(d / MD_FILE), "json": str(d / JSON_FILE), "plot": str(d / PLOT_FILE)}
+    result.report_files = files
+    plot_error(result, d / PLOT_FILE)
+    atomic_write_text(d / MD_FILE, markdown(result))
+    atomic_write_text(d / JSON_FILE, result.model_dump_json(indent=1))
+    return files
+
+
+def _f(x: float | None, fmt: str = ".1f") -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def markdown(r: CompareResult) -> str:
+    v, ff = r.verdict, r.first_failing
+    title = {"ok": "healthy", "precision": "precision (no wrong op)", "quantization": "quantization error (no wrong op)",
+             "real_bug": "REAL BUG", "input_not_copied": "INPUT NOT COPIED"}[v.kind]
+    head = f"# qnn-debug compare: {title}" + (f" at `{ff.op or ff.tensor}` ({ff.op_type or 'graph input'})" if ff else "")
+    lines = [head, "", f"**Verdict:** `{v.kind}` · pattern `{v.pattern}` · confidence {v.confidence:.2f}", "",
+             f"> {v.summary}", "",
+             "| | |", "|---|---|",
+             f"| reference | `{r.reference}` |", f"| floor | `{r.floor or 'none (excess judged against a fixed fp16 level)'}` |",
+             f"| target | `{r.target}` ({r.target_kind}, {r.precision or '?'}) |",
+             f"| tensors | {r.counts.get('aligned', 0)} aligned, {r.counts.get('unaligned', 0)} unaligned, "
+             f"{r.counts.get('suspects', 0)} suspect(s), {r.counts.get('local_checks', 0)} re-run on CPU |"]
+    if r.observer_effect_db:
+        lines.append("| observer effect (marked vs unmarked outputs) | "
+                     + ", ".join(f"{k}: {_f(x)} dB" for k, x in r.observer_effect_db.items()) + " |")
+    lines.append("")
+    if ff is not None:
+        lines += _first_failing(r)
+    lines += ["## Error along the graph", "", f"![error by position]({PLOT_FILE})", "",
+              "Relative L2 error of every tensor against the fp32 reference, in execution order; the floor is the "
+              "same model with every tensor rounded through fp16.", ""]
+    lines += _rows_table(r)
+    lines += _outputs(r)
+    if r.unaligned:
+        lines += [f"## Not aligned ({len(r.unaligned)})", "", "| tensor | in | reason |", "|---|---|---|"]
+        lines += [f"| `{u.name}` | {u.side} | {u.reason} |" for u in r.unaligned[:MAX_UNALIGNED]]
+        if len(r.unaligned) > MAX_UNALIGNED:
+            lines.append(f"| … | | {len(r.unaligned) - MAX_UNALIGNED} more in {JSON_FILE} |")
+        lines.append("")
+    if r.warnings:
+        lines += ["## Warnings", "", *[f"- {w}" for w in r.warnings], ""]
+    return "\n".join(lines)
+
+
+def _first_failing(r: CompareResult) -> list[str]:
+    ff, ev = r.first_failing, r.verdict.evidence
+    assert ff is not None
+    le = ff.local_error
+    lines = ["## First failing op", "",
+             "| tensor | op | type | position | target SQNR | floor SQNR | jump | local SQNR | local expected |",
+             "|---|---|---|---|---|---|---|---|---|",
+             f"| `{ff.tensor}` | `{ff.op}` | {ff.op_type} | {ff.position} | {_f(ev.get('target_sqnr_db'))} dB | "
+             f"{_f(ev.get('floor_sqnr_db'))} dB | {_f(ev.get('jump_db'))} dB | {_f(le.sqnr_db if le else None)} dB | "
+             f"{_f(le.expected_sqnr_db if le else None)} dB |", ""]
+    if le is not None and len(le.segment) > 1:
+        lines += [f"Re-run as one segment (tensors between them were not dumped): {', '.join(le.segment)}.", ""]
+    trials = ev.get("trials") or []
+    if trials:
+        lines += ["Alternative semantics re-run on CPU with the target's inputs (SQNR against the target's output):", "",
+                  "| pattern | variant | SQNR | reproduces |", "|---|---|---|---|"]
+        lines += [f"| {t['pattern']} | {t['variant']} | {_f(t['sqnr_db'])} dB | {'**yes**' if t['matched'] else 'no'} |"
+                  for t in trials]
+        lines.append("")
+    return lines
+
+
+def _rows_table(r: CompareResult) -> list[str]:
+    rows = r.tensors
+    pick: list[TensorRow] = []
+    if r.first_failing is not None:
+        idx = next((i for i, row in enumerate(rows) if row.name == r.first_failing.tensor), 0)
+        pick = rows[max(0, idx - 4) : idx + 6]
+    worst = sorted((row for row in rows if row not in pick), key=lambda x: -(x.excess_db or 0.0))
+    pick = sorted([*pick, *worst[: max(0, MAX_ROWS - len(pick))]], key=lambda x: x.position)
+    out = [f"## Tensors ({len(pick)} of {len(rows)}: around the first failing op and the worst; all in {JSON_FILE})", "",
+           "| pos | tensor | op type | SQNR target | SQNR floor | excess | jump | diff rate | cosine | status |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in pick:
+        m, f = row.metrics, row.floor_metrics or {}
+        mark = " ⟵" if r.first_failing is not None and row.name == r.first_failing.tensor else ""
+        out.append(f"| {row.position} | `{row.name}`{mark} | {row.op_type or 'input'} | {_f(m.get('sqnr_db'))} | "
+                   f"{_f(f.get('sqnr_db'))} | {_f(row.excess_db)} | {_f(row.jump_db)} | {_f(m.get('diff_rate'), '.2e')} | "
+                   f"{_f(m.get('cosine'), '.6f')} | {row.status} |")
+    return [*out, ""]
+
+
+def _outputs(r: CompareResult) -> list[str]:
+    e2e = r.verdict.evidence.get("end_to_end") or {}
+    if not e2e:
+        return []
+    out = ["## Model outputs", "", "| output | SQNR target | SQNR floor | diff rate | cosine |", "|---|---|---|---|---|"]
+    for name, m in e2e.items():
+        out.append(f"| `{name}` | {_f(m.get('sqnr_db'))} dB | {_f(m.get('floor_sqnr_db'))} dB | "
+                   f"{_f(m.get('diff_rate'), '.2e')} | {_f(m.get('cosine'), '.6f')} |")
+    out += ["", "Cosine is shown for completeness only: it recovers with depth while the error stays, so the verdict "
+            "never uses it.", ""]
+    return out
+
+
+def plot_error(r: CompareResult, path: Path) -> None:
+    """Relative L2 error vs execution position, target and floor, the first failing op marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [row for row in r.tensors if row.position >= 0]
+    pos = [row.position for row in rows]
+
+    def series(get: str) -> list[float]:
+        vals = []
+        for row in rows:
+            m = row.metrics if get == "target" else (row.floor_metrics or {})
+            x = m.get("rel_l2")
+            vals.append(max(float(x), 1e-9) if x is not None else float("nan"))
+        return vals
+
+    fig, ax = plt.subplots(figsize=(9, 3.6), dpi=110)
+    ax.semilogy(pos, series("target"), ".-", color="#c0392b", label=f"target ({r.precision or '?'})", lw=1.2, ms=3)
+    if any(row.floor_metrics for row in rows):
+        ax.semilogy(pos, series("floor"), ".-", color="#7f8c8d", label="fp16 floor", lw=1.0, ms=2)
+    ff = r.first_failing
+    if ff is not None and ff.position >= 0:
+        ax.axvline(ff.position, color="#2c3e50", ls="--", lw=1)
+        ax.annotate(f"first failing: {ff.op} ({ff.op_type})", xy=(ff.position, ax.get_ylim()[1]), xytext=(4, -12),
+                    textcoords="offset points", fontsize=8, color="#2c3e50")
+    ax.set_xlabel("execution position (op index)")
+    ax.set_ylabel("relative L2 error vs fp32")
+    ax.set_title(f"{r.verdict.kind}: {r.verdict.pattern}", fontsize=10)
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

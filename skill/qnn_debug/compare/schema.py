@@ -1,0 +1,109 @@
+"""What a comparison returns. Other tools read this JSON: keep the field names stable.
+
+The names ``first_failing``, ``verdict`` (``kind``/``pattern``/``confidence``/``summary``/``evidence``),
+``tensors`` (``name, op, op_type, position, metrics, floor_metrics``), ``observer_effect_db`` and
+``unaligned`` are the public contract of ``qnn-debug compare --json``. Add fields; never rename them.
+Only pydantic is imported here, so the CLI and the MCP server can load the schema for free.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+SCHEMA_VERSION = 1
+
+VerdictKind = Literal["ok", "precision", "quantization", "real_bug", "input_not_copied"]
+Pattern = Literal[
+    "none", "zero_input", "bias_only", "permutation", "wrong_coordinates", "wrong_semantics",
+    "scale_shift", "constant", "nan_inf",
+]
+# ok: at the floor's noise level; degraded: worse than the floor but no jump; bad: a jump beyond the
+# floor; unknown: not comparable (reference not finite, or nothing to compare against).
+TensorStatus = Literal["ok", "degraded", "bad", "unknown"]
+MetricValues = dict[str, float | None]
+
+
+class LocalError(BaseModel):
+    """The suspect op re-run on CPU with the TARGET's own inputs, compared with the target's output.
+
+    Small local error means the op did its job on what it was given (the damage came from upstream or is
+    precision); large local error means the op itself computed something else.
+    """
+
+    sqnr_db: float | None = None
+    rel_l2: float | None = None
+    max_abs: float | None = None
+    diff_rate: float | None = None
+    expected_sqnr_db: float | None = None  # the same op in the fp16 floor on the same inputs
+    max_err_lsb: float | None = None  # quantized outputs: worst error in quantization steps
+    ok: bool | None = None  # None when the op could not be re-run
+    segment: list[str] = Field(default_factory=list)  # ops re-run (several when tensors were not dumped)
+    inputs: dict[str, str] = Field(default_factory=dict)  # boundary tensor -> "target" | "reference"
+    note: str | None = None
+
+
+class FirstFailing(BaseModel):
+    tensor: str
+    op: str | None
+    op_type: str | None
+    position: int
+    local_error: LocalError | None = None
+
+
+class Verdict(BaseModel):
+    kind: VerdictKind
+    pattern: Pattern = "none"
+    confidence: float
+    summary: str
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
+class TensorRow(BaseModel):
+    """One aligned tensor: target vs reference (``metrics``) and floor vs reference (``floor_metrics``)."""
+
+    name: str
+    op: str | None = None
+    op_type: str | None = None
+    position: int = -1
+    metrics: MetricValues
+    floor_metrics: MetricValues | None = None
+    status: TensorStatus = "unknown"
+    excess_db: float | None = None  # how much worse than the (capped) floor, in dB
+    jump_db: float | None = None  # excess of this tensor minus the worst excess among its op's inputs
+    layout: str | None = None  # how the target tensor was brought to the reference layout
+    target_name: str | None = None
+    quantized: bool = False
+
+
+class UnalignedRow(BaseModel):
+    """A tensor that could not be paired: listed, never silently dropped."""
+
+    name: str
+    side: Literal["reference", "target"]  # which run has it
+    reason: str
+    reference_shape: list[int] | None = None
+    target_shape: list[int] | None = None
+    op: str | None = None
+    position: int | None = None
+
+
+class CompareResult(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    reference: str
+    target: str
+    target_kind: str  # "run" | "mnn-dump" | "npz"
+    floor: str | None = None
+    model: str | None = None
+    precision: str | None = None  # of the target run
+    first_failing: FirstFailing | None = None
+    verdict: Verdict
+    tensors: list[TensorRow] = Field(default_factory=list)
+    observer_effect_db: dict[str, float] | None = None
+    unaligned: list[UnalignedRow] = Field(default_factory=list)
+    counts: dict[str, int] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+    thresholds: dict[str, Any] = Field(default_factory=dict)
+    report_files: dict[str, str] = Field(default_factory=dict)
+    elapsed_s: float | None = None

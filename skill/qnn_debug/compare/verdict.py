@@ -1,0 +1,225 @@
+"""Turn the findings of a comparison into the verdict: kind, pattern, confidence, one sentence, evidence.
+
+Decision order (never from end-to-end error or cosine alone — cosine recovers with depth while the error
+stays):
+1. the target's copy of a graph input is all zeros → ``input_not_copied`` (MNN ``shapeMutable=true``);
+2. the first suspect (a jump beyond the floor) whose *local* error is large is a wrong op →
+   ``real_bug``, or ``input_not_copied`` when it reads a graph input and behaves as if it were zeros;
+3. otherwise a quantized target → ``quantization``; a target clearly worse than the floor (or with
+   suspects that are fine locally) → ``precision``; else ``ok``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .local_error import local_limit_db
+from .localize import OpNode, Suspect
+from .patterns import Trial
+from .schema import FirstFailing, LocalError, Pattern, TensorRow, Verdict
+from .thresholds import Thresholds
+
+MAX_TRIALS_IN_EVIDENCE = 10
+
+
+@dataclass
+class Finding:
+    """A suspect after its local re-run and pattern tests."""
+
+    suspect: Suspect
+    local: LocalError | None
+    best: Trial | None = None
+    trials: list[Trial] = field(default_factory=list)
+    reads_graph_input: bool = False
+    pinned: OpNode | None = None  # an op inside the re-run segment that the matching pattern edited
+
+
+@dataclass
+class Findings:
+    rows: dict[str, TensorRow]
+    findings: list[Finding]
+    quantized: bool
+    outputs: list[str]
+    zero_inputs: list[str] = field(default_factory=list)  # graph inputs the target holds as all zeros
+    input_consumers: dict[str, str] = field(default_factory=dict)  # graph input -> first consuming op
+    local_unavailable: str | None = None  # why no op could be re-run (no model, ...)
+    observer_effect_db: dict[str, float] | None = None
+
+
+def _r(x: float | None, nd: int = 1) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def _row_evidence(row: TensorRow) -> dict[str, Any]:
+    m, f = row.metrics, row.floor_metrics or {}
+    return {"tensor": row.name, "op": row.op, "op_type": row.op_type, "position": row.position,
+            "target_sqnr_db": _r(m.get("sqnr_db")), "floor_sqnr_db": _r(f.get("sqnr_db")),
+            "target_diff_rate": m.get("diff_rate"), "floor_diff_rate": f.get("diff_rate"),
+            "cosine": m.get("cosine"), "excess_db": _r(row.excess_db), "jump_db": _r(row.jump_db)}
+
+
+def _end_to_end(fs: Findings) -> dict[str, Any]:
+    out = {}
+    for name in fs.outputs:
+        row = fs.rows.get(name)
+        if row is not None:
+            out[name] = {"sqnr_db": _r(row.metrics.get("sqnr_db")), "diff_rate": row.metrics.get("diff_rate"),
+                         "cosine": row.metrics.get("cosine"),
+                         "floor_sqnr_db": _r((row.floor_metrics or {}).get("sqnr_db"))}
+    return out
+
+
+def _worst(fs: Findings) -> TensorRow | None:
+    judged = [r for r in fs.rows.values() if r.excess_db is not None]
+    return max(judged, key=lambda r: r.excess_db or 0.0) if judged else None
+
+
+def _confirmed(fs: Findings) -> Finding | None:
+    for f in fs.findings:
+        if f.local is not None and f.local.ok is False:
+            return f
+    return None
+
+
+def decide(fs: Findings, th: Thresholds) -> tuple[Verdict, FirstFailing | None]:
+    base: dict[str, Any] = {"end_to_end": _end_to_end(fs)}
+    if fs.observer_effect_db:
+        base["observer_effect_db"] = fs.observer_effect_db
+    worst = _worst(fs)
+    if worst is not None:
+        base["worst_excess"] = {"tensor": worst.name, "excess_db": _r(worst.excess_db)}
+
+    if fs.zero_inputs:
+        name = fs.zero_inputs[0]
+        consumer = fs.input_consumers.get(name)
+        ev = {**base, "input": name, "first_consumer": consumer,
+              "detail": "the target's copy of this graph input is all zeros while the reference input is not"}
+        return (Verdict(kind="input_not_copied", pattern="zero_input", confidence=0.95,
+                        summary=f"The model input {name!r} never reached the target: its copy there is all zeros "
+                                f"(MNN online QNN needs shapeMutable=false).", evidence=ev),
+                FirstFailing(tensor=name, op=None, op_type=None, position=-1))
+
+    hit = _confirmed(fs)
+    if hit is not None:
+        return _bug_verdict(fs, hit, base, th)
+
+    checked = [f for f in fs.findings if f.local is not None and f.local.ok is not None]
+    suspects = [f.suspect for f in fs.findings]
+    ev = {**base, "suspects_checked": [
+        {**_row_evidence(fs.rows[f.suspect.tensor]), "local_sqnr_db": _r(f.local.sqnr_db if f.local else None),
+         "local_ok": f.local.ok if f.local else None, "local_max_err_lsb": f.local.max_err_lsb if f.local else None}
+        for f in fs.findings[:5]]}
+    if fs.local_unavailable:
+        ev["local_error"] = fs.local_unavailable
+    if fs.local_unavailable and suspects:
+        first = fs.rows[suspects[0].tensor]
+        big = (first.metrics.get("sqnr_db") or 0.0) < 20.0 and suspects[0].jump_db >= 2 * th.jump_db
+        if big:  # no way to re-run the op: a huge jump is still most likely a bug, but say how sure we are
+            return (Verdict(kind="real_bug", pattern="none", confidence=0.45,
+                            summary=f"{_op_words(first)} is the first op whose output departs from the reference "
+                                    f"({_r(suspects[0].jump_db)} dB jump beyond the fp16 floor); it could not be "
+                                    f"re-run to confirm ({fs.local_unavailable}).",
+                            evidence={**ev, **_row_evidence(first)}),
+                    FirstFailing(tensor=first.name, op=first.op, op_type=first.op_type, position=first.position))
+    if fs.quantized:
+        if checked:
+            sq = [f.local.sqnr_db for f in checked if f.local and f.local.sqnr_db is not None]
+            lsb = [f.local.max_err_lsb for f in checked if f.local and f.local.max_err_lsb is not None]
+            clause = (f"the {len(checked)} op(s) where it jumps reproduce the target on their own inputs within "
+                      f"quantization noise (local SQNR ≥ {_r(min(sq)) if sq else '–'} dB"
+                      f"{f', worst {max(lsb):.3g} steps' if lsb else ''})")
+        else:
+            clause = "no op's error jumps beyond what its inputs already carry"
+        worst_txt = (f"the worst tensor {worst.name!r} is {_r(worst.excess_db)} dB below the fp16 floor "
+                     f"(SQNR {_r(worst.metrics.get('sqnr_db'))} dB)" if worst else "no tensor could be judged")
+        return (Verdict(kind="quantization", pattern="none", confidence=0.85 if checked else 0.7,
+                        summary=f"Quantization error, not a bug: {worst_txt}, and {clause}.",
+                        evidence={**ev, "checked_ops": len(checked)}), None)
+    degraded = worst is not None and (worst.excess_db or 0.0) >= th.excess_ok_db
+    if degraded or suspects:
+        where = f"{_r(worst.excess_db)} dB worse than the fp16 floor at {worst.name!r}" if worst else "worse than the floor"
+        why = ("every suspect op reproduces the target on its own inputs" if checked
+               else "no op shows a jump beyond the floor")
+        return (Verdict(kind="precision", pattern="none", confidence=0.75 if checked or not suspects else 0.55,
+                        summary=f"Precision, not a wrong op: the target is {where}, but {why}.", evidence=ev), None)
+    return (Verdict(kind="ok", pattern="none", confidence=0.9 if fs.rows else 0.3,
+                    summary=(f"Healthy: every tensor is within {th.excess_ok_db:g} dB of the fp16 floor"
+                             + (f" (worst {worst.name!r}, {_r(worst.excess_db)} dB)." if worst else ".")),
+                    evidence=ev), None)
+
+
+def _op_words(row: TensorRow) -> str:
+    return f"{row.op or row.name} ({row.op_type or '?'}, position {row.position})"
+
+
+def _bug_verdict(fs: Findings, hit: Finding, base: dict[str, Any], th: Thresholds) -> tuple[Verdict, FirstFailing]:
+    s = hit.suspect
+    row = fs.rows[s.tensor]
+    le = hit.local
+    assert le is not None
+    pattern: Pattern = hit.best.pattern if hit.best is not None else "none"  # type: ignore[assignment]
+    kind = "input_not_copied" if pattern in ("zero_input", "bias_only") and hit.reads_graph_input else "real_bug"
+    if kind == "input_not_copied":
+        pattern = "zero_input"  # the input is what is missing; "bias only" is how it shows (in the evidence)
+    confidence = 0.6
+    if le.sqnr_db is not None and le.sqnr_db < 20.0:
+        confidence += 0.2
+    if hit.best is not None:
+        confidence += 0.15
+    if s.segment:
+        confidence -= 0.1  # several unseen ops were re-run together; the culprit is one of them
+    ev: dict[str, Any] = {**base, **_row_evidence(row), "input_excess_db": _r(s.input_excess_db),
+                          "local_sqnr_db": _r(le.sqnr_db), "local_expected_sqnr_db": _r(le.expected_sqnr_db),
+                          "local_max_abs": le.max_abs, "local_max_err_lsb": le.max_err_lsb,
+                          "segment": le.segment}
+    if hit.best is not None:
+        also = sorted({t.variant for t in hit.trials if t.matched and t is not hit.best and t.pattern != hit.best.pattern})
+        if also:
+            ev["also_reproduced_by"] = also
+        ev["pattern_variant"] = hit.best.variant
+        ev["pattern_sqnr_db"] = _r(hit.best.sqnr_db)
+        ev["pattern_details"] = hit.best.details
+    ev["trials"] = [{"pattern": t.pattern, "variant": t.variant, "sqnr_db": _r(t.sqnr_db), "matched": t.matched}
+                    for t in sorted(hit.trials, key=lambda t: -(t.sqnr_db if t.sqnr_db is not None else 300.0))
+                    [:MAX_TRIALS_IN_EVIDENCE]]
+    others = [f.suspect for f in fs.findings if f is not hit and f.local is not None and f.local.ok is False]
+    if others:
+        ev["later_suspects"] = [{"tensor": o.tensor, "op": o.op.name, "jump_db": _r(o.jump_db)} for o in others[:5]]
+    what = _pattern_words(pattern, hit.best)
+    first = FirstFailing(tensor=row.name, op=row.op, op_type=row.op_type, position=row.position, local_error=le)
+    words = _op_words(row)
+    if hit.pinned is not None:  # the culprit is an op whose output the target never dumped
+        p = hit.pinned
+        first = FirstFailing(tensor=p.outputs[0] if p.outputs else row.name, op=p.name, op_type=p.op_type,
+                             position=p.position, local_error=le)
+        words = f"{p.name} ({p.op_type}, position {p.position}; its output was not dumped, first seen in {row.name!r})"
+        ev["pinned_by_pattern"] = p.name
+    if kind == "input_not_copied":
+        summary = (f"{words} reads the model input as zeros: its output is what it computes on an all-zero "
+                   f"input{' (its bias per channel)' if pattern == 'bias_only' else ''} — the input was not copied "
+                   f"(MNN online QNN needs shapeMutable=false).")
+    else:
+        allowed = (f"{th.quant_lsb_ok:g} quantization steps (it is off by {le.max_err_lsb:g})"
+                   if le.max_err_lsb is not None else
+                   f"≥{_r(th.quant_local_ok_db)} dB" if fs.quantized else f"≥{_r(local_limit_db(le, th))} dB")
+        summary = (f"{words} is the first failing op: on the target's own inputs it gives "
+                   f"{_r(le.sqnr_db)} dB SQNR where {'quantization' if fs.quantized else 'fp16'} allows {allowed}"
+                   f"{'; ' + what if what else ''}.")
+    return (Verdict(kind=kind, pattern=pattern, confidence=round(max(0.05, min(0.99, confidence)), 2),
+                    summary=summary, evidence=ev), first)
+
+
+def _pattern_words(pattern: str, best: Trial | None) -> str:
+    if best is None:
+        return ""
+    return {
+        "nan_inf": "it produces NaN/Inf",
+        "zero_input": f"it behaves as if {best.variant}",
+        "bias_only": f"its output is the bias alone ({best.variant})",
+        "wrong_coordinates": f"the output is reproduced with {best.variant}",
+        "wrong_semantics": f"the output is reproduced with {best.variant}",
+        "permutation": f"the output is reproduced with {best.variant}",
+        "scale_shift": f"{best.variant}",
+        "constant": f"its output is constant ({best.variant})",
+    }.get(pattern, best.variant)

@@ -1,0 +1,126 @@
+"""``diagnose``: baseline, one all-tensor dump and the comparison in one go.
+
+Layout of ``out``::
+
+    inputs.npz   the inputs every run used
+    baseline/    fp32 reference, fp16 floor, MNN CPU gate (see ``qnn_debug.baseline``)
+    <target>/    the all-tensor QNN run (e.g. ``htp-sim/``)
+    report/      compare.md, compare.json, error_by_position.png
+
+The baseline and the dump only share the inputs, so they run side by side (each mostly waits on its
+own worker process); the comparison starts when both are done.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .compare.schema import CompareResult
+from .errors import BadInputError
+from .progress import NULL_PROGRESS, Progress
+from .targets import Precision
+
+INPUTS_FILE = "inputs.npz"
+BASELINE_DIR = "baseline"
+REPORT_DIR = "report"
+
+
+class DiagnoseResult(BaseModel):
+    out: str
+    baseline: str
+    target_run: str
+    report_dir: str
+    baseline_trusted: bool | None = None
+    baseline_sentence: str | None = None
+    compare: CompareResult
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
+def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inputs: str | os.PathLike[str] | None = None,
+             shapes: dict[str, list[int]] | None = None, target: str = "htp-sim", precision: Precision = "fp16",
+             soc_model: int = 69, htp_arch: int | None = None, seed: int = 0, force: bool = False,
+             mnn_gate: bool = True, target_options: dict[str, str] | None = None, timeout: float = 1800.0,
+             reference_model: str | os.PathLike[str] | None = None,
+             progress: Progress = NULL_PROGRESS) -> DiagnoseResult:
+    """Diagnose ``model`` on ``target``. ``reference_model`` (default: ``model``) is what the baseline runs:
+    pass the original model there and an edited one as ``model`` to diagnose an injected bug."""
+    from .baseline import run_baseline
+    from .compare.engine import compare_paths
+    from .dump import run_dump
+    from .targets import DumpRequest
+
+    model_path, base_model = Path(model), Path(reference_model or model)
+    out_dir = _prepare_out(Path(out), force)
+    started = time.monotonic()
+    inputs_path = _inputs(base_model, out_dir, inputs, shapes, seed)
+    run_dir = out_dir / target
+    request = DumpRequest(model=model_path, out=run_dir, target=target, precision=precision,
+                          soc_model=soc_model, htp_arch=htp_arch, inputs=inputs_path, shapes=shapes or {},
+                          seed=seed, force=force, timeout=timeout, options=target_options or {})
+    timings: dict[str, float] = {}
+
+    def timed(name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.monotonic()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            timings[f"{name}_s"] = round(time.monotonic() - t0, 3)
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="qnn-debug-diagnose") as pool:
+        base_future = pool.submit(timed, "baseline", run_baseline, base_model, out_dir / BASELINE_DIR,
+                                  inputs=inputs_path, shapes=shapes, seed=seed, force=force, progress=progress,
+                                  mnn_gate=mnn_gate)
+        dump_future = pool.submit(timed, "dump", run_dump, request, progress)
+        base_error = base_future.exception()
+        dump_error = dump_future.exception()
+    if base_error is not None:
+        raise base_error
+    if dump_error is not None:
+        raise dump_error
+    baseline = base_future.result()
+    result = timed("compare", compare_paths, out_dir / BASELINE_DIR, run_dir, report_dir=out_dir / REPORT_DIR,
+                   progress=progress)
+    timings["total_s"] = round(time.monotonic() - started, 3)
+    return DiagnoseResult(out=str(out_dir), baseline=str(out_dir / BASELINE_DIR), target_run=str(run_dir),
+                          report_dir=str(out_dir / REPORT_DIR), baseline_trusted=baseline.report.trusted,
+                          baseline_sentence=baseline.report.sentence, compare=result, timings=timings)
+
+
+def _inputs(model: Path, out: Path, inputs: str | os.PathLike[str] | None, shapes: dict[str, list[int]] | None,
+            seed: int) -> Path:
+    """One inputs file for both runs: the user's, or seeded data made from the model's declared inputs."""
+    if inputs is not None:
+        path = Path(inputs)
+        if not path.is_file():
+            raise BadInputError(f"inputs file {path} does not exist", hint="pass an .npz keyed by input name")
+        return path.resolve()
+    if model.suffix.lower() != ".onnx":
+        raise BadInputError(f"diagnose makes inputs from ONNX models; {model.name} is not one",
+                            hint="pass --inputs FILE.npz keyed by input name")
+    from .inputs import prepare_inputs, save_npz
+    from .onnx_graph import graph_inputs, load_onnx
+
+    prepared = prepare_inputs(graph_inputs(load_onnx(model)), shapes=shapes, seed=seed)
+    return save_npz(out / INPUTS_FILE, prepared.arrays).resolve()
+
+
+def _prepare_out(out: Path, force: bool) -> Path:
+    """An empty directory, or (with ``force``) one a previous diagnose wrote; never anything else."""
+    if out.exists() and not out.is_dir():
+        raise BadInputError(f"output path {out} exists and is not a directory", hint="choose another --out")
+    if out.exists() and any(out.iterdir()):
+        ours = (out / BASELINE_DIR).is_dir() or (out / REPORT_DIR).is_dir() or (out / INPUTS_FILE).exists()
+        if not force:
+            raise BadInputError(f"output directory {out} is not empty",
+                                hint="choose a new --out, or pass --force to replace a previous diagnosis there")
+        if not ours:
+            raise BadInputError(f"refusing to reuse {out}: it does not look like a qnn-debug diagnosis",
+                                hint="choose a new --out")
+    out.mkdir(parents=True, exist_ok=True)
+    return out.resolve()

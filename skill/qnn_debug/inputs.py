@@ -1,0 +1,307 @@
+"""Model inputs: load them from an ``.npz``, or make seeded, realistic data of the declared shapes.
+
+Every run of a comparison must see the *same* bytes, so whatever we use is saved next to the baseline
+(``inputs.npz``) and hashed into each run's ``run.json``. Bad input files are the most common user
+mistake, so each problem (missing file, corrupt archive, missing/extra names, wrong dtype or shape,
+dynamic dimensions without ``--shape``) gets its own message and a hint.
+
+QNN needs static shapes, so the resolved shapes are also written back into the ONNX model
+(:func:`fix_input_shapes`) before any target sees it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import BadInputError
+from .runstore import InputInfo, TensorSpec, sha256_arrays
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+_SHAPE_ARG = re.compile(r"^\s*([^=\s][^=]*?)\s*=\s*(\d+(?:\s*[xX,]\s*\d+)*)\s*$")
+
+
+@dataclass
+class PreparedInputs:
+    """The arrays a run is fed, the concrete shape of every input and where they came from."""
+
+    arrays: dict[str, np.ndarray]
+    shapes: dict[str, list[int]]
+    info: InputInfo
+    warnings: list[str] = field(default_factory=list)
+
+
+def parse_shape_args(values: list[str] | None) -> dict[str, list[int]]:
+    """Parse ``NAME=1x3x224x224`` (also ``1,3,224,224``) pairs into ``{name: [dims]}``."""
+    shapes: dict[str, list[int]] = {}
+    for raw in values or []:
+        m = _SHAPE_ARG.match(raw)
+        if not m:
+            raise BadInputError(
+                f"cannot read --shape {raw!r}",
+                hint="write it as NAME=1x3x224x224 (input name, '=', dimensions separated by 'x')",
+            )
+        name, dims = m.group(1), [int(d) for d in re.split(r"\s*[xX,]\s*", m.group(2))]
+        if any(d <= 0 for d in dims):
+            raise BadInputError(f"--shape {raw!r} has a zero dimension", hint="every dimension must be at least 1")
+        if name in shapes:
+            raise BadInputError(f"--shape given twice for input {name!r}", hint="pass one --shape per input")
+        shapes[name] = dims
+    return shapes
+
+
+def resolve_shapes(specs: list[TensorSpec], shapes: dict[str, list[int]] | None = None) -> dict[str, list[int]]:
+    """Concrete shape of every input: declared static dims, overridden or completed by ``shapes``.
+
+    Raises for names the model does not have, rank or static-dim conflicts, and dynamic dims that
+    nobody filled in.
+    """
+    shapes = dict(shapes or {})
+    known = {s.name for s in specs}
+    unknown = sorted(set(shapes) - known)
+    if unknown:
+        raise BadInputError(
+            f"--shape names input(s) the model does not have: {', '.join(unknown)}",
+            hint=f"the model's inputs are: {', '.join(sorted(known))}",
+        )
+    out: dict[str, list[int]] = {}
+    for spec in specs:
+        given = shapes.get(spec.name)
+        if given is None:
+            dynamic = [i for i, d in enumerate(spec.shape) if not isinstance(d, int)]
+            if dynamic:
+                example = "x".join(str(d) if isinstance(d, int) else "N" for d in spec.shape)
+                raise BadInputError(
+                    f"input {spec.name!r} has dynamic dimension(s) {_fmt_dims(spec.shape)}",
+                    hint=f"fix them with --shape {spec.name}={example} (QNN needs static shapes), or pass --inputs FILE.npz",
+                )
+            out[spec.name] = [int(d) for d in spec.shape if isinstance(d, int)]
+            continue
+        _check_compatible(spec, given, "--shape")
+        out[spec.name] = list(given)
+    return out
+
+
+def _fmt_dims(dims: list[int | str | None]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _check_compatible(spec: TensorSpec, shape: list[int], where: str) -> None:
+    if spec.shape and len(shape) != len(spec.shape):
+        raise BadInputError(
+            f"{where} gives input {spec.name!r} rank {len(shape)} {list(shape)}, the model declares {_fmt_dims(spec.shape)}",
+            hint="give one dimension per declared dimension",
+        )
+    for i, (want, got) in enumerate(zip(spec.shape, shape, strict=False)):
+        if isinstance(want, int) and want != got:
+            raise BadInputError(
+                f"{where} gives input {spec.name!r} shape {list(shape)}, but dimension {i} is fixed to {want} "
+                f"in the model ({_fmt_dims(spec.shape)})",
+                hint="only dynamic dimensions can be chosen",
+            )
+
+
+def random_inputs(specs: list[TensorSpec], shapes: dict[str, list[int]], seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded data that looks like a real input rather than white noise.
+
+    White noise drives detectors to an all-zero output (PP-OCR det's map stays below 2e-6), which
+    makes every later comparison meaningless. So image-shaped float inputs (rank 4, 1-4 channels,
+    at least 16x16) get a synthetic text page in [0, 1] (dark glyph strokes in rows on a light,
+    slightly noisy background: PP-OCR det then marks 17-25% of pixels as text), other float inputs
+    smooth blocky data in about [0, 1]. Integer inputs get small non-negative values (valid ids and
+    indices for most embeddings), booleans a fair coin.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out: dict[str, np.ndarray] = {}
+    for spec in specs:
+        shape = shapes[spec.name]
+        dtype = np.dtype(spec.dtype) if not spec.dtype.startswith("onnx:") else np.dtype("float32")
+        if dtype.kind == "f":
+            image = len(shape) == 4 and 1 <= shape[1] <= 4 and min(shape[2], shape[3]) >= 16
+            out[spec.name] = (_text_page(rng, shape) if image else _blocky(rng, shape)).astype(dtype)
+        elif dtype.kind in "iu":
+            out[spec.name] = rng.integers(0, 100, size=shape).astype(dtype)
+        elif dtype.kind == "b":
+            out[spec.name] = rng.random(shape) < 0.5
+        else:
+            raise BadInputError(
+                f"cannot make random data for input {spec.name!r} of type {spec.dtype}",
+                hint="pass --inputs FILE.npz with real data",
+            )
+    return out
+
+
+def _text_page(rng: np.random.Generator, shape: list[int]) -> np.ndarray:
+    """[N, C, H, W] pages of random 7x5 bitmap glyphs in rows, dark on light, channels nearly equal."""
+    import numpy as np
+
+    n, c, h, w = shape
+    pages = np.empty(shape)
+    glyph_h = max(7, h // 12)
+    glyph_w = max(5, glyph_h * 5 // 7)
+    cell_h, cell_w = max(1, glyph_h // 7), max(1, glyph_w // 5)
+    for i in range(n):
+        page = np.full((h, w), 0.92) + rng.standard_normal((h, w)) * 0.02
+        for top in range(glyph_h // 2 + 2, h - glyph_h - 1, glyph_h * 2):
+            left = 3
+            while left + glyph_w < w - 3:
+                if rng.random() < 0.85:
+                    glyph = np.kron(rng.random((7, 5)) < 0.45, np.ones((cell_h, cell_w)))
+                    page[top : top + glyph.shape[0], left : left + glyph.shape[1]] -= 0.8 * glyph
+                left += glyph_w + max(1, glyph_w // 4)
+        tint = 1.0 + rng.standard_normal(c)[:, None, None] * 0.02
+        pages[i] = page[None] * tint
+    return np.asarray(np.clip(pages, 0.0, 1.0))
+
+
+def _blocky(rng: np.random.Generator, shape: list[int]) -> np.ndarray:
+    """Blocky structure on the last two axes (edges, flat regions) plus small noise, in about [0, 1]."""
+    import numpy as np
+
+    if len(shape) < 2:
+        return rng.random(shape) * 0.8 + 0.1
+    h, w = shape[-2], shape[-1]
+    bh, bw = max(1, h // 8), max(1, w // 8)
+    coarse = rng.random((*shape[:-2], -(-h // bh), -(-w // bw)))
+    blocks = np.repeat(np.repeat(coarse, bh, axis=-2), bw, axis=-1)[..., :h, :w]
+    noise = rng.standard_normal(shape) * 0.05
+    return np.asarray(np.clip(0.85 * blocks + 0.1 + noise, 0.0, 1.0))
+
+
+def load_npz(path: str | os.PathLike[str], specs: list[TensorSpec], shapes: dict[str, list[int]] | None = None,
+             ) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Read an ``.npz`` keyed by input name and check it against the model; returns (arrays, warnings).
+
+    Float data of another float width (e.g. float64 for a float32 input) is converted with a warning;
+    any other dtype mismatch is an error, as are missing or unknown names and wrong shapes.
+    """
+    import numpy as np
+
+    p = Path(path)
+    if not p.exists():
+        raise BadInputError(f"input file {p} does not exist", hint="pass an .npz written by numpy.savez (keys = input names)")
+    if p.is_dir():
+        raise BadInputError(f"input path {p} is a directory", hint="pass the .npz file itself")
+    try:
+        loaded = np.load(p, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise BadInputError(f"{p} is a single .npy array, not an .npz archive",
+                                hint="save with numpy.savez(path, **{input_name: array})")
+        with loaded as npz:
+            data = {k: npz[k] for k in npz.files}
+    except BadInputError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise BadInputError(f"{p} is not a readable .npz file: {e}",
+                            hint="save with numpy.savez(path, **{input_name: array}); object arrays are not accepted") from None
+    want = {s.name for s in specs}
+    missing = [s.name for s in specs if s.name not in data]
+    extra = sorted(set(data) - want)
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing {', '.join(missing)}")
+        if extra:
+            parts.append(f"unknown {', '.join(extra)}")
+        raise BadInputError(
+            f"{p} does not match the model's inputs: {'; '.join(parts)}",
+            hint=f"the .npz keys must be exactly the model's input names: {', '.join(s.name for s in specs)}",
+        )
+    warnings: list[str] = []
+    out: dict[str, np.ndarray] = {}
+    for spec in specs:
+        arr = data[spec.name]
+        if not spec.dtype.startswith("onnx:") and arr.dtype != np.dtype(spec.dtype):
+            want_dt = np.dtype(spec.dtype)
+            if arr.dtype.kind == "f" and want_dt.kind == "f":
+                warnings.append(f"input {spec.name!r}: converted {arr.dtype} to {want_dt}")
+                arr = arr.astype(want_dt)
+            else:
+                raise BadInputError(
+                    f"input {spec.name!r} in {p} has dtype {arr.dtype}, the model expects {spec.dtype}",
+                    hint=f"save it as {spec.dtype} (e.g. array.astype(numpy.{spec.dtype}))",
+                )
+        _check_compatible(spec, list(arr.shape), f"{p.name}")
+        given = (shapes or {}).get(spec.name)
+        if given is not None and list(given) != list(arr.shape):
+            raise BadInputError(
+                f"--shape {spec.name}={'x'.join(map(str, given))} disagrees with the array in {p} ({list(arr.shape)})",
+                hint="drop --shape when you pass --inputs, or fix the file",
+            )
+        out[spec.name] = np.ascontiguousarray(arr)
+    return out, warnings
+
+
+def prepare_inputs(specs: list[TensorSpec], *, inputs: str | os.PathLike[str] | None = None,
+                   shapes: dict[str, list[int]] | None = None, seed: int = 0) -> PreparedInputs:
+    """The one entry point targets use: load ``inputs`` or make seeded data, with shapes resolved."""
+    if not specs:
+        raise BadInputError("the model has no inputs", hint="qnn-debug needs a model that takes at least one input")
+    if inputs is not None:
+        arrays, warnings = load_npz(inputs, specs, shapes)
+        source = f"npz:{Path(inputs).name}"
+    else:
+        resolved = resolve_shapes(specs, shapes)
+        arrays, warnings = random_inputs(specs, resolved, seed), []
+        source = f"random:seed={seed}"
+    concrete = {k: [int(d) for d in v.shape] for k, v in arrays.items()}
+    info = InputInfo(sha256=sha256_arrays(arrays), source=source, names=[s.name for s in specs], shapes=concrete)
+    return PreparedInputs(arrays=arrays, shapes=concrete, info=info, warnings=warnings)
+
+
+def save_npz(path: str | os.PathLike[str], arrays: dict[str, np.ndarray]) -> Path:
+    """Write ``arrays`` as an ``.npz`` atomically (a reader never sees half a file)."""
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)  # type: ignore[arg-type]
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(buf.getvalue())
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+def fix_input_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:
+    """A copy of ``model`` whose graph inputs have the given static shapes (QNN refuses dynamic ones).
+
+    Intermediate ``value_info`` entries lose their shapes (they may still carry the old symbolic
+    dims; ONNX Runtime re-infers them from the now static inputs) but keep their element types, which
+    ONNX shape inference cannot recover for com.microsoft ops.
+    """
+    import copy
+
+    from onnx import TensorShapeProto
+
+    m = copy.deepcopy(model)
+    for inp in m.graph.input:
+        dims = shapes.get(inp.name)
+        if dims is None:
+            continue
+        shape = inp.type.tensor_type.shape
+        del shape.dim[:]
+        for d in dims:
+            dim = TensorShapeProto.Dimension()
+            dim.dim_value = int(d)
+            shape.dim.append(dim)
+    for info in m.graph.value_info:
+        if info.type.HasField("tensor_type"):
+            info.type.tensor_type.ClearField("shape")
+    return m

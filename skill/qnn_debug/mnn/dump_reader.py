@@ -1,0 +1,497 @@
+"""Read MNN's QNN intermediate-tensor dumps (``manifest_NNNNNN.tsv`` + ``.raw``) into the run store.
+
+What MNN writes (``QNNTensorDumper``): per graph execution N a manifest ``manifest_%06d.tsv`` with the
+header ``index name file data_type dimensions quant_encoding scale offset`` and one headerless raw file per
+dumped tensor, in QNN dtype and QNN layout. Facts this module encodes:
+
+- names are ``t<N>`` (entry N of the *source* ``.mnn``'s tensor-name table), ``t<N>_cast`` /
+  ``t<N>_dequant`` (fp16 or dequant stages of model inputs/outputs) or ``<node>_<Stage>`` (an op's
+  internal stage, node = op name with ``. / :`` replaced by ``_``);
+- MNN NC4HW4 tensors are declared channel-last in QNN (``[d0, d2, …, d1]``), so they are transposed
+  back to the model's layout;
+- quantized tensors (SCALE_OFFSET) dequantize as ``f = (q + offset) * scale`` (QNN's sign);
+- MNN never clears the dump directory and restarts numbering at 0 each run, so files of an older,
+  longer run linger: they are detected (not in the chosen manifest, or manifests older than the ones
+  before them) and reported, never silently read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ..errors import BadInputError
+from ..progress import NULL_PROGRESS, Progress
+from ..runstore import InputInfo, ModelInfo, Run, RunRecord, RunWriter, TensorKind, TensorSpec, sha256_file
+from .model_reader import MnnModel, MnnOp, read_mnn_model
+from .qnn_types import ENC_SCALE_OFFSET, data_type, encoding_name
+
+MANIFEST_HEADER = ["index", "name", "file", "data_type", "dimensions", "quant_encoding", "scale", "offset"]
+_MANIFEST_RE = re.compile(r"^manifest_(\d{6,})\.tsv$")
+_RAW_RE = re.compile(r"^execution_(\d{6,})_tensor_(\d{4,})_.*\.raw$")
+_T_RE = re.compile(r"^t(\d+)(?:_(cast|dequant))?$")
+DUMP_SUBDIR = "qnn_intermediate_outputs"
+STALE_TOLERANCE_NS = 1_000_000_000
+
+
+class DumpEntry(BaseModel):
+    """One manifest row, as MNN printed it."""
+
+    index: int
+    name: str
+    file: str
+    data_type: int
+    dims: list[int]
+    quant_encoding: int
+    scale: float
+    offset: int
+    line: int
+
+
+class DumpExecution(BaseModel):
+    """One graph execution: its manifest and rows."""
+
+    number: int
+    manifest: str
+    mtime_ns: int
+    entries: list[DumpEntry]
+    stale: bool = False  # left over from an older run (see scan_dump_dir)
+
+
+class DumpDirectory(BaseModel):
+    """A scanned dump directory: executions (oldest number first), stray files, problems found."""
+
+    path: str
+    executions: list[DumpExecution]
+    unlisted_files: list[str] = Field(default_factory=list)  # raw files in no manifest of this run
+    problems: list[str] = Field(default_factory=list)
+
+    def execution(self, number: int | None = None) -> DumpExecution:
+        """The chosen execution; default the newest of the most recent run."""
+        current = [e for e in self.executions if not e.stale]
+        if number is None:
+            return (current or self.executions)[-1]
+        for e in self.executions:
+            if e.number == number:
+                return e
+        have = ", ".join(str(e.number) for e in self.executions)
+        raise BadInputError(f"dump {self.path} has no execution {number}", hint=f"choose one of: {have}")
+
+
+# --- scanning ----------------------------------------------------------------------------------------------
+
+
+def find_dump_dir(path: str | os.PathLike[str]) -> Path:
+    """Accept the dump dir itself or a directory holding ``qnn_intermediate_outputs/``."""
+    p = Path(path)
+    if not p.is_dir():
+        raise BadInputError(f"dump directory {p} does not exist", hint="pass the qnn_intermediate_outputs directory")
+    if not any(_MANIFEST_RE.match(f.name) for f in p.iterdir()) and (p / DUMP_SUBDIR).is_dir():
+        return p / DUMP_SUBDIR
+    return p
+
+
+def scan_dump_dir(path: str | os.PathLike[str]) -> DumpDirectory:
+    """Parse every manifest in a dump directory and find stale or stray files."""
+    p = find_dump_dir(path)
+    manifests = sorted(
+        ((int(m.group(1)), f) for f in p.iterdir() if (m := _MANIFEST_RE.match(f.name)) and f.is_file()),
+    )
+    if not manifests:
+        raise BadInputError(
+            f"{p} holds no QNN dump manifest (manifest_NNNNNN.tsv)",
+            hint="dumps come from an MNN2QNNModel --dump_intermediate_outputs model or an online run with "
+            "MNN_QNN_DUMP_INTERMEDIATE_OUTPUTS; check MNN_QNN_DUMP_DIR and the run's log",
+        )
+    problems: list[str] = []
+    executions = [_read_manifest(f, number, problems) for number, f in manifests]
+    _mark_stale(executions, problems)
+    listed = {(e.number, r.file) for e in executions if not e.stale for r in e.entries}
+    current_numbers = {e.number for e in executions if not e.stale}
+    unlisted = []
+    for f in sorted(p.iterdir()):
+        m = _RAW_RE.match(f.name)
+        if m and (int(m.group(1)), f.name) not in listed:
+            unlisted.append(f.name)
+            if int(m.group(1)) in current_numbers:
+                problems.append(f"{f.name} is in no manifest of the latest run: left over from an older run")
+    if any(e.stale for e in executions):
+        stale = [e.manifest for e in executions if e.stale]
+        problems.append(
+            f"{', '.join(stale)} predate(s) the latest run (MNN never clears the dump directory); "
+            "clear the directory before each run"
+        )
+    return DumpDirectory(path=str(p), executions=executions, unlisted_files=unlisted, problems=problems)
+
+
+def _read_manifest(path: Path, number: int, problems: list[str]) -> DumpExecution:
+    try:
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError as e:
+        raise BadInputError(f"cannot read {path}: {e}", hint="check permissions") from None
+    lines = text.split("\n")
+    if not lines or lines[0].rstrip("\r").split("\t") != MANIFEST_HEADER:
+        raise BadInputError(
+            f"{path} is not an MNN QNN dump manifest (unexpected header {lines[0][:80]!r})",
+            hint="expected the tab-separated header: " + " ".join(MANIFEST_HEADER),
+        )
+    entries: list[DumpEntry] = []
+    for lineno, line in enumerate(lines[1:], start=2):
+        line = line.rstrip("\r")
+        if not line:
+            continue
+        entry = _parse_row(line, lineno)
+        if entry is None:
+            problems.append(f"{path.name}:{lineno}: malformed row {line[:120]!r} (skipped)")
+            continue
+        entries.append(entry)
+    return DumpExecution(number=number, manifest=path.name, mtime_ns=path.stat().st_mtime_ns, entries=entries)
+
+
+def _parse_row(line: str, lineno: int) -> DumpEntry | None:
+    """8 tab-separated fields; a name containing a tab (never escaped by MNN) is re-joined."""
+    fields = line.split("\t")
+    if len(fields) < 8:
+        return None
+    name = "\t".join(fields[1:-6])
+    file, dtype, dims, enc, scale, offset = fields[-6:]
+    try:
+        return DumpEntry(
+            index=int(fields[0]),
+            name=name,
+            file=file,
+            data_type=int(dtype),
+            dims=[int(d) for d in dims.split("x")] if dims else [],
+            quant_encoding=int(enc),
+            scale=float(scale),
+            offset=int(offset),
+            line=lineno,
+        )
+    except ValueError:
+        return None
+
+
+def _mark_stale(executions: list[DumpExecution], problems: list[str]) -> None:
+    """A run writes manifests 0, 1, 2, … in time order; one clearly older than its predecessor is left over.
+
+    The tolerance keeps a copy without preserved timestamps (``cp`` without ``-p``; we pull with
+    ``adb pull -a``), which stamps files in arbitrary order within moments, from looking stale.
+    """
+    for i in range(1, len(executions)):
+        prev, cur = executions[i - 1], executions[i]
+        older = prev.mtime_ns - cur.mtime_ns
+        if prev.stale or cur.number != prev.number + 1 or older > STALE_TOLERANCE_NS:
+            cur.stale = True
+            if not prev.stale:
+                why = (f"{older / 1e9:.1f} s older than {prev.manifest}" if older > STALE_TOLERANCE_NS
+                       else f"numbering jumps from {prev.number}")
+                problems.append(f"{cur.manifest} is {why}")
+    if executions and executions[0].number != 0:
+        problems.append(f"no manifest_000000.tsv: the dump starts at {executions[0].manifest}; "
+                        "files are missing or belong to another run")
+
+
+# --- decoding ----------------------------------------------------------------------------------------------
+
+
+class DecodedTensor(BaseModel, arbitrary_types_allowed=True):
+    """A raw file decoded in QNN layout: float view, and raw integers for quantized tensors."""
+
+    entry: DumpEntry
+    values: np.ndarray
+    raw: np.ndarray | None = None
+    note: str | None = None
+
+
+def read_entry(dump_dir: str | os.PathLike[str], entry: DumpEntry) -> DecodedTensor:
+    """Decode one manifest row's raw file (QNN layout, little-endian), dequantizing SCALE_OFFSET data."""
+    base = Path(dump_dir)
+    if not entry.file or "/" in entry.file or "\\" in entry.file or entry.file in (".", ".."):
+        raise BadInputError(f"manifest row {entry.line} names an unsafe file {entry.file!r}",
+                            hint="the manifest was edited or corrupted")
+    path = base / entry.file
+    dt = data_type(entry.data_type)
+    if dt is None or dt.numpy is None:
+        name = dt.name if dt else f"code {entry.data_type}"
+        raise BadInputError(f"tensor {entry.name!r} has QNN data type {name}, which has no host representation",
+                            hint="MNN never dumps this type; the manifest may be from another tool")
+    np_dtype = np.dtype(dt.numpy).newbyteorder("<")
+    count = int(np.prod(entry.dims, dtype=np.int64)) if entry.dims else 1
+    expected = count * np_dtype.itemsize
+    try:
+        size = path.stat().st_size
+    except OSError:
+        raise BadInputError(f"raw file {entry.file} of tensor {entry.name!r} is missing",
+                            hint="the dump was copied incompletely; pull the whole directory again") from None
+    if size != expected:
+        raise BadInputError(
+            f"raw file {entry.file} has {size} bytes, expected {expected} for {dt.name} {entry.dims}",
+            hint="the dump is truncated or belongs to another run; re-run with a cleared dump directory",
+        )
+    data = np.fromfile(path, dtype=np_dtype, count=count).reshape(entry.dims)
+    if dt.is_float:
+        return DecodedTensor(entry=entry, values=data.astype(np.float64 if dt.numpy == "float64" else np.float32))
+    if dt.fixed_point:
+        if entry.quant_encoding == ENC_SCALE_OFFSET and entry.scale != 0:
+            values = ((data.astype(np.float64) + entry.offset) * entry.scale).astype(np.float32)
+            return DecodedTensor(entry=entry, values=values, raw=data)
+        note = (f"{dt.name} with {encoding_name(entry.quant_encoding)} encoding: the manifest carries no usable "
+                "scale/offset, values are the raw integers (not dequantized)")
+        return DecodedTensor(entry=entry, values=data, note=note)
+    return DecodedTensor(entry=entry, values=data)
+
+
+# --- naming and layout -------------------------------------------------------------------------------------
+
+
+class _Placement(BaseModel):
+    """Where a dumped tensor belongs in the model."""
+
+    name: str
+    kind: TensorKind
+    op: MnnOp | None = None
+    position: int = -1
+    order: float = 0.0  # sort key inside one position
+    label: str | None = None
+    layout_of: int | None = None  # tensor index whose data format applies
+    reference_name: str | None = None  # model tensor name whose shape applies
+
+
+def _place(entry: DumpEntry, model: MnnModel | None) -> _Placement:
+    if model is None:
+        return _Placement(name=entry.name or f"unnamed_{entry.index}", kind="activation", position=entry.index,
+                          label="no .mnn given: QNN name kept")
+    m = _T_RE.match(entry.name)
+    if m:
+        idx = int(m.group(1))
+        stage = m.group(2)
+        tname = model.tensor_name(idx)
+        if tname is None:
+            return _Placement(name=entry.name, kind="stage", position=len(model.ops),
+                              label=f"t{idx} is not in the model's tensor table ({len(model.tensor_names)} tensors)")
+        op = model.producer(idx)
+        is_input = any(i.index == idx for i in model.inputs)
+        position = -1 if is_input or op is None else op.position
+        if stage is None:
+            kind: TensorKind = "input" if is_input else "output" if tname in model.output_names else "activation"
+            return _Placement(name=tname, kind=kind, op=None if is_input else op, position=position, order=0.5,
+                              layout_of=idx, reference_name=tname)
+        dt = data_type(entry.data_type)
+        # a quantized output's pre-Dequantize tensor is also called t<N>_cast in fp16 mode (onAcquire order)
+        converter = "Dequantize" if stage == "dequant" or (dt is not None and dt.fixed_point) else "Cast"
+        label = (f"fp16 copy of input {tname} (backend Cast)" if is_input and stage == "cast"
+                 else f"{tname} before the backend's fp32 {converter}" if tname in model.output_names
+                 else f"{stage} stage of {tname}")
+        return _Placement(name=f"{tname}@{stage}", kind="stage", op=None if is_input else op, position=position,
+                          order=1.0 if is_input else 0.0, label=label, layout_of=idx, reference_name=tname)
+    op, stage_name = _stage_op(entry.name, model)
+    if op is not None:
+        return _Placement(name=f"{op.name}@{stage_name}", kind="stage", op=op, position=op.position, order=0.25,
+                          label=f"internal stage {stage_name} of op {op.name} ({op.type_name})",
+                          layout_of=op.outputs[0] if op.outputs else None)
+    return _Placement(name=entry.name or f"unnamed_{entry.index}", kind="stage", position=len(model.ops),
+                      label="backend tensor not traceable to an op of the model")
+
+
+def _stage_op(name: str, model: MnnModel) -> tuple[MnnOp | None, str]:
+    """``<node>_<Stage>``: the longest op node name that prefixes the tensor name."""
+    parts = name.split("_")
+    for cut in range(len(parts) - 1, 0, -1):
+        op = model.op_by_node_name("_".join(parts[:cut]))
+        if op is not None:
+            return op, "_".join(parts[cut:])
+    return None, ""
+
+
+def _channel_last(shape: Sequence[int]) -> list[int]:
+    return [shape[0], *shape[2:], shape[1]] if len(shape) >= 3 else list(shape)
+
+
+def _to_model_layout(values: np.ndarray) -> np.ndarray:
+    n = values.ndim
+    return np.ascontiguousarray(np.transpose(values, (0, n - 1, *range(1, n - 1))))
+
+
+class _Layout(BaseModel):
+    transpose: bool  # channel-last QNN dims → model layout
+    note: str
+    warning: str | None = None
+
+
+def _layout(dims: list[int], place: _Placement, model: MnnModel | None, shapes: Mapping[str, Sequence[int]]) -> _Layout:
+    """Decide whether a dumped tensor is channel-last: by the model's shape when known, else by MNN's format."""
+    fmt = model.tensor_format(place.layout_of) if model is not None and place.layout_of is not None else "UNKNOWN"
+    channel_last = fmt == "NC4HW4" and len(dims) >= 3
+    restored = f"restored NCHW from NHWC {_x(dims)}"
+    want = shapes.get(place.reference_name or place.name)
+    if want is not None:
+        want = list(want)
+        fits_as_is = dims == want
+        fits_permuted = len(dims) >= 3 and dims == _channel_last(want)
+        if fits_as_is and fits_permuted:  # e.g. C == H == W: the model's data format decides
+            return _Layout(transpose=channel_last, note=f"{restored if channel_last else f'model layout {_x(dims)}'} "
+                           f"(shape ambiguous; MNN format {fmt})")
+        if fits_as_is:
+            return _Layout(transpose=False, note=f"model layout {_x(dims)}")
+        if fits_permuted:
+            return _Layout(transpose=True, note=restored)
+        warning = f"{place.name}: QNN dims {_x(dims)} match neither model shape {_x(want)} nor its channel-last form"
+        return _Layout(transpose=channel_last, note=f"{restored} (MNN format NC4HW4)" if channel_last
+                       else f"QNN dims {_x(dims)} kept", warning=warning)
+    if channel_last:
+        return _Layout(transpose=True, note=f"{restored} (MNN format NC4HW4)")
+    if model is None:
+        return _Layout(transpose=False, note=f"QNN layout {_x(dims)} (model layout unknown without the .mnn)")
+    return _Layout(transpose=False, note=f"model layout {_x(dims)} (MNN format {fmt})")
+
+
+def _x(dims: Sequence[int]) -> str:
+    return "x".join(str(d) for d in dims) or "scalar"
+
+
+# --- import ------------------------------------------------------------------------------------------------
+
+
+def import_mnn_dump(
+    dump_dir: str | os.PathLike[str],
+    *,
+    mnn_model: str | os.PathLike[str] | MnnModel | None = None,
+    execution: int | None = None,
+    out: str | os.PathLike[str],
+    force: bool = False,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    input_info: InputInfo | None = None,
+    target: str = "mnn-dump",
+    soc_model: int | None = None,
+    htp_arch: int | None = None,
+    warnings: Sequence[str] = (),
+    extra: Mapping[str, object] | None = None,
+    input_arrays: Mapping[str, np.ndarray] | None = None,
+    progress: Progress = NULL_PROGRESS,
+) -> Run:
+    """Import one execution of an MNN QNN dump directory into a run directory ``out``.
+
+    ``mnn_model`` is the *source* ``.mnn`` (the one given to MNN2QNNModel, or run online): it turns ``t<N>``
+    into tensor names, names the producing ops and says which tensors were channel-last. ``shapes`` (model
+    tensor name → model-layout shape, e.g. from a reference run) makes the layout decision exact.
+    ``input_arrays`` (the data the run was fed) are stored as graph inputs, which QNN never dumps.
+    """
+    scan = scan_dump_dir(dump_dir)
+    chosen = scan.execution(execution)
+    model = _load_model(mnn_model)
+    shapes = dict(shapes or {})
+    if model is not None:
+        for inp in model.inputs:
+            if inp.name not in shapes and all(d > 0 for d in inp.shape) and inp.data_format in ("NCHW", "NC4HW4"):
+                shapes[inp.name] = inp.shape
+    run_warnings = list(warnings) + list(scan.problems)
+    if chosen.stale:
+        run_warnings.append(f"execution {chosen.number} ({chosen.manifest}) is left over from an older run")
+    if model is None:
+        run_warnings.append("no .mnn given: tensors keep their QNN names (t<N>) and QNN layout")
+    placed = sorted(((_place(e, model), e) for e in chosen.entries), key=lambda pe: (pe[0].position, pe[0].order, pe[1].index))
+    dtypes = {e.data_type for e in chosen.entries}
+    record = RunRecord(
+        role="target",
+        target=target,
+        precision=_precision(dtypes),
+        model=model_info(model),
+        inputs=input_info,
+        soc_model=soc_model,
+        htp_arch=htp_arch,
+        outputs=[n for n in (model.output_names if model else []) if any(p.name == n for p, _ in placed)],
+        extra={
+            "dump_dir": scan.path,
+            "execution": chosen.number,
+            "manifest": chosen.manifest,
+            "executions": [{"number": e.number, "manifest": e.manifest, "tensors": len(e.entries), "stale": e.stale}
+                           for e in scan.executions],
+            "unlisted_files": scan.unlisted_files,
+            **dict(extra or {}),
+        },
+    )
+    writer = RunWriter(out, record, force=force)
+    used: set[str] = set()
+    dumped = {p.name for p, _ in placed}
+    for name, arr in (input_arrays or {}).items():
+        if name not in dumped:
+            writer.add_tensor(_unique(name, used), np.asarray(arr), kind="input", position=-1, label="graph input as fed")
+    with progress.stage("import MNN dump", total=len(placed)) as advance:
+        for place, entry in placed:
+            try:
+                decoded = read_entry(scan.path, entry)
+            except BadInputError as e:
+                run_warnings.append(f"{entry.name}: {e.message} (not imported)")
+                advance()
+                continue
+            layout = _layout(list(decoded.values.shape), place, model, shapes)
+            if layout.warning:
+                run_warnings.append(layout.warning)
+            values, raw = decoded.values, decoded.raw
+            if layout.transpose:
+                values = _to_model_layout(values)
+                raw = None if raw is None else _to_model_layout(raw)
+            label = "; ".join(x for x in (place.label, decoded.note) if x) or None
+            dt = data_type(entry.data_type)
+            writer.add_tensor(
+                _unique(place.name, used),
+                values,
+                op=place.op.name if place.op else None,
+                op_type=place.op.type_name if place.op else None,
+                position=place.position,
+                kind=place.kind,
+                label=label,
+                target_name=entry.name,
+                layout_note=layout.note,
+                source_dtype=(dt.numpy or dt.name) if dt else str(entry.data_type),
+                raw=raw,
+                scale=entry.scale if raw is not None else None,
+                offset=entry.offset if raw is not None else None,
+            )
+            advance()
+    record.warnings = run_warnings
+    return writer.finish()
+
+
+def _unique(name: str, used: set[str]) -> str:
+    out, n = name, 2
+    while out in used:
+        out, n = f"{name}#{n}", n + 1
+    used.add(out)
+    return out
+
+
+def _load_model(model: str | os.PathLike[str] | MnnModel | None) -> MnnModel | None:
+    loaded = model if model is None or isinstance(model, MnnModel) else read_mnn_model(model)
+    if loaded is not None and loaded.is_qnn_plugin_model:
+        raise BadInputError(
+            f"{loaded.path} is an MNN2QNNModel wrapper (one QNN plugin op); its tensor table does not name t<N>",
+            hint="pass the source .mnn that was given to MNN2QNNModel",
+        )
+    return loaded
+
+
+def _precision(codes: set[int]) -> str:
+    types = [data_type(c) for c in codes]
+    if any(t is not None and t.fixed_point for t in types):
+        return "quantized"
+    if any(t is not None and t.name == "FLOAT_16" for t in types):
+        return "fp16"
+    return "fp32"
+
+
+def model_info(model: MnnModel | None) -> ModelInfo | None:
+    if model is None:
+        return None
+    return ModelInfo(
+        path=model.path,
+        sha256=sha256_file(model.path),
+        format="mnn",
+        inputs=[TensorSpec(name=i.name, shape=list(i.shape), dtype=i.dtype) for i in model.inputs],
+        outputs=[TensorSpec(name=n, shape=[], dtype="float32") for n in model.output_names],
+    )

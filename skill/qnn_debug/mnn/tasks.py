@@ -1,0 +1,154 @@
+"""Engine entry points behind ``qnn-debug devices|probe|run|testdir|toggle-shape-mutable|import-dump``.
+
+The CLI and the MCP server call these and nothing below them, so both answer the same pydantic models.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..errors import BadInputError
+from ..progress import NULL_PROGRESS, Progress
+from ..runstore import load_run
+from ..targets import Precision
+from .modulebasic import ModuleBasicReport, forward_type, precision_value
+from .testdir import TestDirInfo
+
+
+class DevicesResult(BaseModel):
+    devices: list[dict[str, Any]]
+    ready: list[str] = Field(default_factory=list)
+
+
+def list_devices(*, adb: str = "adb", timeout: float = 30.0) -> DevicesResult:
+    """Every phone adb sees, with its state (device / unauthorized / offline)."""
+    from ..device.adb import Adb
+
+    devices = Adb(adb=adb, timeout=timeout).devices()
+    return DevicesResult(devices=[d.model_dump() for d in devices], ready=[d.serial for d in devices if d.state == "device"])
+
+
+def probe(*, serial: str | None = None, adb: str = "adb", mnn_dir: str | None = None, mode: str = "offline",
+          qnn_sdk: str | None = None, mnn_build: str | None = None, ndk: str | None = None,
+          timeout: float = 60.0) -> Any:
+    """SoC, HTP arch and the runtime files present on the phone (with push commands for missing ones)."""
+    from ..device.adb import Adb
+    from ..device.probe import probe_device
+    from ..targets.device import DEFAULT_MNN_DIR
+
+    if mode not in ("online", "offline"):
+        raise BadInputError(f"unknown mode {mode!r}", hint="use online or offline")
+    return probe_device(Adb(serial, adb=adb, timeout=timeout), mnn_dir=mnn_dir or DEFAULT_MNN_DIR, qnn_sdk=qnn_sdk,
+                        mnn_build=mnn_build, ndk=ndk, mode=mode)
+
+
+class RunModelResult(BaseModel):
+    """A ModuleBasic run: MNN's verdict structured and judged, plus the run directory it left."""
+
+    status: str
+    reason: str
+    out: str
+    target: str
+    mode: str
+    forward_type: int
+    report: ModuleBasicReport
+    tensors: int
+    warnings: list[str] = Field(default_factory=list)
+
+
+_PRECISION_TO_RUN: dict[str, Precision] = {"low": "fp16", "normal": "fp16", "low_bf16": "fp16", "high": "fp32"}
+
+
+def run_model(model: str | os.PathLike[str], *, target: Literal["device", "host"], out: str | os.PathLike[str],
+              forward: str = "qnn", precision: str = "low", testdir: str | os.PathLike[str] | None = None,
+              baseline: str | os.PathLike[str] | None = None, inputs: str | os.PathLike[str] | None = None,
+              shapes: dict[str, list[int]] | None = None, seed: int = 0, options: dict[str, str] | None = None,
+              force: bool = False, timeout: float = 1800.0, soc_model: int = 69, htp_arch: int | None = None,
+              progress: Progress = NULL_PROGRESS) -> RunModelResult:
+    """Run ``model`` with ModuleBasic on a phone or a local build, exactly as MNN's own test does."""
+    from ..targets import DumpRequest, get_target
+
+    if target not in ("device", "host"):
+        raise BadInputError(f"unknown target {target!r}", hint="use device or host")
+    fwd = forward_type(forward)
+    precision_value(precision)  # validates
+    opts = dict(options or {})
+    opts.setdefault("forward", str(fwd))
+    opts.setdefault("mnn_precision", precision)
+    if "mode" not in opts and not ({"mnn2qnn", "plugin_model"} & set(opts)):
+        opts["mode"] = "online"
+    if testdir is not None:
+        opts["testdir"] = str(testdir)
+    if baseline is not None:
+        opts["baseline"] = str(baseline)
+        if inputs is None and testdir is None:
+            from ..baseline import load_baseline
+
+            inputs = load_baseline(baseline).inputs_path
+    request = DumpRequest(model=Path(model), out=Path(out), target=target,
+                          precision=_PRECISION_TO_RUN.get(precision.lower(), "fp16"),
+                          soc_model=soc_model, htp_arch=htp_arch, inputs=Path(inputs) if inputs else None,
+                          shapes=shapes or {}, seed=seed, force=force, timeout=timeout, options=opts)
+    run = get_target(target)(request, progress)
+    report = ModuleBasicReport.model_validate(run.record.extra.get("modulebasic", {}))
+    return RunModelResult(status=report.status, reason=report.reason, out=str(run.dir), target=target,
+                          mode=str(run.record.extra.get("mode")), forward_type=fwd, report=report,
+                          tensors=len(run.record.tensors), warnings=run.record.warnings)
+
+
+def make_testdir(out: str | os.PathLike[str], *, baseline: str | os.PathLike[str] | None = None,
+                 model: str | os.PathLike[str] | None = None, inputs: str | os.PathLike[str] | None = None,
+                 shapes: dict[str, list[int]] | None = None, seed: int = 0, shape_mutable: bool | None = False,
+                 force: bool = False) -> TestDirInfo:
+    """A ModuleBasic test dir from a baseline (inputs + fp32 references) or from a model's inputs alone."""
+    from .testdir import testdir_from_baseline, write_testdir
+
+    if baseline is not None:
+        return testdir_from_baseline(baseline, out, shape_mutable=shape_mutable, force=force)
+    if model is None:
+        raise BadInputError("nothing to build the test dir from", hint="pass --baseline DIR (recommended) or --model X.mnn")
+    from ..inputs import prepare_inputs
+    from ..runstore import TensorSpec
+    from .model_reader import read_mnn_model
+
+    m = read_mnn_model(model)
+    specs = [TensorSpec(name=i.name, shape=[d if d > 0 else None for d in i.shape], dtype=i.dtype) for i in m.inputs]
+    prepared = prepare_inputs(specs, inputs=inputs, shapes=shapes, seed=seed)
+    return write_testdir(out, prepared.arrays, m.output_names, shape_mutable=shape_mutable, force=force)
+
+
+class ImportResult(BaseModel):
+    out: str
+    execution: int
+    tensors: int
+    precision: str
+    outputs: list[str]
+    warnings: list[str]
+
+
+def import_dump(dump_dir: str | os.PathLike[str], *, out: str | os.PathLike[str], model: str | os.PathLike[str] | None = None,
+                execution: int | None = None, reference: str | os.PathLike[str] | None = None, force: bool = False,
+                progress: Progress = NULL_PROGRESS) -> ImportResult:
+    """Import an MNN QNN dump dir; ``reference`` (a run or baseline dir) supplies exact tensor shapes."""
+    from .dump_reader import import_mnn_dump
+
+    shapes = _reference_shapes(Path(reference)) if reference is not None else None
+    run = import_mnn_dump(dump_dir, mnn_model=model, execution=execution, out=out, force=force, shapes=shapes,
+                          progress=progress)
+    rec = run.record
+    return ImportResult(out=str(run.dir), execution=int(rec.extra["execution"]), tensors=len(rec.tensors),
+                        precision=rec.precision, outputs=rec.outputs, warnings=rec.warnings)
+
+
+def _reference_shapes(path: Path) -> dict[str, list[int]]:
+    if (path / "baseline.json").is_file():
+        from ..baseline import load_baseline
+
+        run = load_baseline(path).reference
+    else:
+        run = load_run(path)
+    return {t.name: list(t.shape) for t in run.tensors}

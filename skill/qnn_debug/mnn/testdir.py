@@ -1,0 +1,248 @@
+"""MNN test directories: the layout ``tools/script/testMNNFromOnnx.py`` prepares and ``ModuleBasic.out`` reads.
+
+A test dir holds ``input.json`` (``{"inputs": [{"name", "shape"}], "outputs": [names]}``, optionally
+``shapeMutable``), one ``<input name>.txt`` per input and one ``<output name>.txt`` per reference output
+(flattened, one value per line). ModuleBasic opens ``<dir>/<name>.txt`` literally, so a name with ``/``
+lives in a sub-directory (as testMNNFromOnnx writes it) and a name that would leave the directory is
+refused. ``shapeMutable`` matters for QNN online runs: without ``"shapeMutable": false`` inputs are not
+copied into the QNN graph (the ``Tensor usage is 1.`` / ``error code 6000`` failure).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ..errors import BadInputError
+from ..runstore import atomic_write_text
+
+INPUT_JSON = "input.json"
+
+
+class TestDirInfo(BaseModel):
+    """What a test dir declares (and what exists in it)."""
+
+    __test__ = False  # not a pytest test class
+
+    dir: str
+    inputs: dict[str, list[int]]
+    outputs: list[str]
+    shape_mutable: bool | None = None  # None: key absent → ModuleBasic's default (true)
+    references: list[str] = Field(default_factory=list)  # outputs that have a reference .txt
+    extra_keys: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToggleResult(BaseModel):
+    """Outcome of :func:`toggle_shape_mutable`."""
+
+    file: str
+    old: bool | None  # None: the key was absent (ModuleBasic then uses true)
+    new: bool
+    changed: bool
+    backup: str | None = None
+
+
+def data_file(directory: Path, name: str) -> Path:
+    """``<dir>/<name>.txt`` as ModuleBasic opens it, refusing names that would leave ``directory``."""
+    if not name or "\x00" in name or name.startswith("/") or ".." in name.split("/"):
+        raise BadInputError(f"tensor name {name!r} cannot be a test-dir file",
+                            hint="ModuleBasic reads <dir>/<name>.txt; rename the tensor or use another test dir")
+    path = directory / f"{name}.txt"
+    root = directory.resolve()
+    if root not in path.resolve().parents:
+        raise BadInputError(f"tensor name {name!r} would write outside the test dir", hint="rename the tensor")
+    return path
+
+
+def write_testdir(
+    out: str | os.PathLike[str],
+    inputs: dict[str, np.ndarray],
+    outputs: list[str],
+    *,
+    references: dict[str, np.ndarray] | None = None,
+    shape_mutable: bool | None = None,
+    force: bool = False,
+) -> TestDirInfo:
+    """Write a test dir: input.json, ``<input>.txt`` and (when given) ``<output>.txt`` references."""
+    d = Path(out)
+    if d.exists() and any(d.iterdir()):
+        if not force:
+            raise BadInputError(f"test dir {d} is not empty", hint="choose a new directory or pass --force")
+        if not (d / INPUT_JSON).is_file():
+            raise BadInputError(f"refusing to replace {d}: it is not an MNN test dir (no {INPUT_JSON})",
+                                hint="choose a new directory")
+        shutil.rmtree(d)
+    d.mkdir(parents=True, exist_ok=True)
+    if not inputs:
+        raise BadInputError("a test dir needs at least one input", hint="pass the model's inputs")
+    doc: dict[str, Any] = {
+        "inputs": [{"name": n, "shape": [int(s) for s in a.shape]} for n, a in inputs.items()],
+        "outputs": list(outputs),
+    }
+    if shape_mutable is not None:
+        doc["shapeMutable"] = shape_mutable
+    for name, arr in inputs.items():
+        _save_txt(data_file(d, name), arr)
+    for name, arr in (references or {}).items():
+        _save_txt(data_file(d, name), arr)
+    atomic_write_text(d / INPUT_JSON, json.dumps(doc, indent=4))
+    return read_testdir(d)
+
+
+def _save_txt(path: Path, arr: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flat = np.asarray(arr).reshape(-1)
+    if flat.dtype.kind in "iub":
+        text = "\n".join(str(int(v)) for v in flat)
+    else:
+        text = "\n".join(repr(float(v)) for v in flat.astype(np.float64))
+    atomic_write_text(path, text + "\n")
+
+
+def testdir_from_baseline(baseline_dir: str | os.PathLike[str], out: str | os.PathLike[str], *,
+                          shape_mutable: bool | None = False, force: bool = False) -> TestDirInfo:
+    """A test dir with the baseline's exact inputs and its fp32 reference outputs.
+
+    ``shapeMutable`` defaults to false because that is what MNN's QNN online backend needs; pass None to
+    leave the key out (ModuleBasic's default, as testMNNFromOnnx writes it).
+    """
+    from ..baseline import load_baseline
+
+    base = load_baseline(baseline_dir)
+    with np.load(base.inputs_path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    ref = base.reference
+    names = ref.record.model.inputs if ref.record.model else []
+    order = [s.name for s in names if s.name in arrays] or list(arrays)
+    outputs = list(ref.record.outputs)
+    references = {n: np.asarray(ref.array(n)) for n in outputs if ref.has(n)}
+    return write_testdir(out, {n: arrays[n] for n in order}, outputs, references=references,
+                         shape_mutable=shape_mutable, force=force)
+
+
+def _load_json(directory: Path) -> tuple[Path, dict[str, Any]]:
+    d = Path(directory)
+    f = d / INPUT_JSON
+    if not d.is_dir():
+        raise BadInputError(f"test dir {d} does not exist", hint="pass a directory holding input.json")
+    if not f.is_file():
+        raise BadInputError(f"{d} is not an MNN test dir (no {INPUT_JSON})",
+                            hint="create one with `qnn-debug testdir` or MNN's testMNNFromOnnx.py")
+    try:
+        doc = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadInputError(f"{f} is not valid JSON ({e})", hint="ModuleBasic would print 'Invalid json'; fix or recreate it") from None
+    inputs = doc.get("inputs") if isinstance(doc, dict) else None
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in inputs):
+        raise BadInputError(f"{f} is not an MNN test-dir input.json (needs a non-empty \"inputs\" list of {{\"name\": ...}})",
+                            hint="create one with `qnn-debug testdir`")
+    return f, doc
+
+
+def read_testdir(directory: str | os.PathLike[str]) -> TestDirInfo:
+    """Parse input.json and list which references exist; refuses directories that are not test dirs."""
+    d = Path(directory)
+    _, doc = _load_json(d)
+    inputs = {i["name"]: [int(s) for s in i.get("shape", [])] for i in doc["inputs"]}
+    outputs = [str(o) for o in doc.get("outputs", []) if isinstance(o, str)]
+    mutable = doc.get("shapeMutable")
+    refs = [o for i, o in enumerate(outputs) if _reference_file(d, o, i) is not None]
+    known = {"inputs", "outputs", "shapeMutable"}
+    return TestDirInfo(dir=str(d), inputs=inputs, outputs=outputs,
+                       shape_mutable=mutable if isinstance(mutable, bool) else None, references=refs,
+                       extra_keys={k: v for k, v in doc.items() if k not in known})
+
+
+def _reference_file(d: Path, name: str, position: int) -> Path | None:
+    """ModuleBasic looks for ``<name>.txt`` first, then ``<position>.txt``."""
+    for candidate in (name, str(position)):
+        try:
+            p = data_file(d, candidate)
+        except BadInputError:
+            continue
+        if p.is_file():
+            return p
+    return None
+
+
+def load_references(directory: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Reference outputs of a test dir as flat float64 arrays (ModuleBasic reads them as double)."""
+    d = Path(directory)
+    info = read_testdir(d)
+    out: dict[str, np.ndarray] = {}
+    for i, name in enumerate(info.outputs):
+        p = _reference_file(d, name, i)
+        if p is not None:
+            out[name] = _read_txt(p)
+    return out
+
+
+def load_inputs(directory: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Input arrays of a test dir, shaped as input.json says (float32, as ModuleBasic feeds float models)."""
+    d = Path(directory)
+    info = read_testdir(d)
+    out: dict[str, np.ndarray] = {}
+    for name, shape in info.inputs.items():
+        p = data_file(d, name)
+        if not p.is_file():
+            raise BadInputError(f"test dir {d} has no {p.name} for input {name!r}",
+                                hint="ModuleBasic would print 'TESTERROR Can't open' and run on garbage")
+        flat = _read_txt(p)
+        count = int(np.prod(shape)) if shape else flat.size
+        if flat.size < count:
+            raise BadInputError(f"{p} has {flat.size} values, input {name!r} of shape {shape} needs {count}",
+                                hint="regenerate the test dir")
+        out[name] = flat[:count].astype(np.float32).reshape(shape if shape else flat.shape)
+    return out
+
+
+def _read_txt(path: Path) -> np.ndarray:
+    try:
+        return np.array(path.read_text(encoding="utf-8").split(), dtype=np.float64)
+    except (OSError, ValueError) as e:
+        raise BadInputError(f"{path} is not a list of numbers ({e})", hint="regenerate the test dir") from None
+
+
+def toggle_shape_mutable(directory: str | os.PathLike[str], value: bool | None = None) -> ToggleResult:
+    """Set (``value``) or flip (``None``) ``shapeMutable`` in a test dir's input.json.
+
+    The file is rewritten atomically and its previous content kept as ``input.json.bak`` (numbered when
+    that exists). Setting the value it already has changes nothing, so calling twice is harmless.
+    An absent key counts as ModuleBasic's default, true.
+    """
+    f, doc = _load_json(Path(directory))
+    raw = doc.get("shapeMutable")
+    if raw is not None and not isinstance(raw, bool):
+        if value is None:
+            raise BadInputError(f"{f} has shapeMutable = {raw!r}, not a JSON true/false",
+                                hint="pass --value true or --value false to set it explicitly")
+        raw = None
+    old: bool | None = raw
+    effective = True if old is None else old
+    new = (not effective) if value is None else value
+    if old is not None and old == new:
+        return ToggleResult(file=str(f), old=old, new=new, changed=False)
+    previous = f.read_text(encoding="utf-8")
+    backup = _free_backup(f)
+    atomic_write_text(backup, previous)
+    doc["shapeMutable"] = new
+    atomic_write_text(f, json.dumps(doc, indent=4))
+    return ToggleResult(file=str(f), old=old, new=new, changed=True, backup=str(backup))
+
+
+toggle_shapeMutable = toggle_shape_mutable  # the name MNN users know the key by
+
+
+def _free_backup(f: Path) -> Path:
+    candidate = f.with_name(f.name + ".bak")
+    n = 2
+    while candidate.exists():
+        candidate = f.with_name(f"{f.name}.bak{n}")
+        n += 1
+    return candidate

@@ -1,0 +1,119 @@
+"""The ``host`` target: MNN's QNN backend from a local MNN build (e.g. x86_64 with the HTP simulator libs).
+
+Options: ``mnn_build_dir`` (required: holds ``ModuleBasic.out`` and ``libMNN*.so`` of a build with
+``MNN_QNN=ON``), ``qnn_lib_dir`` (directory with ``libQnnHtp.so``/``libQnnSystem.so``; put first on
+``LD_LIBRARY_PATH``), plus the common options of :mod:`qnn_debug.mnn.capture`. Each run copies the
+model and test dir into a fresh local directory, exactly like the device target does on a phone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import BadInputError, TargetError
+from ..progress import Progress
+from ..runstore import Run
+from . import DumpRequest
+
+OWN_OPTIONS = {"mnn_build_dir", "qnn_lib_dir"}
+
+
+class LocalExecutor:
+    """Runs ModuleBasic from a local build in a fresh temporary run directory."""
+
+    kind = "host"
+
+    def __init__(self, build_dir: Path, qnn_lib_dir: Path | None):
+        self.build_dir = build_dir.absolute()
+        self.qnn_lib_dir = qnn_lib_dir.absolute() if qnn_lib_dir else None
+        self.module_basic = str(self.build_dir / "ModuleBasic.out")
+        self.run_dir = ""
+
+    def begin(self) -> str:
+        self.run_dir = tempfile.mkdtemp(prefix="qnn-debug-host-run-")
+        return self.run_dir
+
+    def join(self, *parts: str) -> str:
+        path = Path(self.run_dir, *parts)
+        root = Path(self.run_dir).resolve()
+        if path.resolve() != root and root not in path.resolve().parents:
+            raise BadInputError(f"path {path} leaves the run directory", hint="use plain file names")
+        return str(path)
+
+    def mkdir(self, target_path: str) -> None:
+        Path(target_path).mkdir(parents=True, exist_ok=True)
+
+    def put(self, local: Path, target_path: str) -> None:
+        dst = Path(target_path)
+        if dst.exists():
+            raise TargetError(f"{dst} already exists in a fresh run directory", hint="report this as a bug")
+        if local.is_dir():
+            shutil.copytree(local, dst)
+        else:
+            shutil.copy2(local, dst)
+
+    def execute(self, argv: list[str], *, cwd: str, env: dict[str, str], timeout: float) -> tuple[int, str]:
+        full_env = {**os.environ, **env}
+        try:
+            proc = subprocess.run(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, errors="replace", timeout=timeout, check=False)
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode("utf-8", "replace")
+            raise TargetError(f"ModuleBasic did not finish within {timeout:.0f} s", hint="raise --timeout",
+                              details={"log_tail": out[-2000:]}) from None
+        except OSError as e:
+            raise TargetError(f"cannot start {argv[0]}: {e}", hint="is it an executable built for this machine?") from None
+        return proc.returncode, proc.stdout
+
+    def fetch(self, target_path: str, local: Path) -> bool:
+        src = Path(target_path)
+        if not src.exists():
+            return False
+        if src.is_dir():
+            shutil.copytree(src, local, dirs_exist_ok=True)
+        else:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, local)
+        return True
+
+    def finish(self, keep: bool) -> None:
+        if self.run_dir and not keep:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def base_env(self) -> dict[str, str]:
+        dirs = [str(d) for d in (self.qnn_lib_dir, self.build_dir) if d is not None]
+        old = os.environ.get("LD_LIBRARY_PATH")
+        return {"LD_LIBRARY_PATH": os.pathsep.join(dirs + ([old] if old else []))}
+
+
+def make_executor(own: dict[str, str]) -> LocalExecutor:
+    build = own.get("mnn_build_dir")
+    if not build:
+        raise BadInputError("the host target needs an MNN build directory",
+                            hint="add --option mnn_build_dir=<MNN build dir with ModuleBasic.out> (built with -DMNN_QNN=ON)")
+    build_dir = Path(build)
+    if not (build_dir / "ModuleBasic.out").is_file():
+        raise BadInputError(f"{build_dir} has no ModuleBasic.out",
+                            hint="build MNN with -DMNN_BUILD_TOOLS=ON -DMNN_QNN=ON and pass that build directory")
+    lib = own.get("qnn_lib_dir")
+    lib_dir = Path(lib) if lib else None
+    if lib_dir is not None and not (lib_dir / "libQnnHtp.so").is_file():
+        raise BadInputError(f"{lib_dir} has no libQnnHtp.so", hint="pass the directory holding the x86_64 QNN libraries")
+    return LocalExecutor(build_dir, lib_dir)
+
+
+def run(request: DumpRequest, progress: Progress) -> Run:
+    """Run the model with the local build's ModuleBasic (dumping when offline) and import the result."""
+    from ..mnn.capture import capture, plan, split_options
+    from ..mnn.soc import resolve
+
+    opts, own = split_options(request.options, OWN_OPTIONS)
+    plan(Path(request.model), opts, request.precision)
+    executor = make_executor(own)
+    soc, arch = resolve(request.soc_model, request.htp_arch)
+    return capture(request, executor, opts, progress, target="host", soc_model=soc, htp_arch=arch,
+                   extra={"mnn_build_dir": str(executor.build_dir)})

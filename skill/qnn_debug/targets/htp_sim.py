@@ -1,0 +1,110 @@
+"""The ``htp-sim`` target: Qualcomm's HTP simulator (onnxruntime-qnn) with every tensor captured.
+
+What a run guarantees:
+- nothing ran on the CPU (``qnn_ep.create_session`` forbids fallback and fails listing the nodes
+  QNN rejected); which nodes ran on QNN is in ``run.json.assignment``;
+- tensors carry their ONNX names, the producing node and its position in the ONNX execution order,
+  so they align with the baseline by name;
+- ``run.json.observer_effect_db`` holds, per final output, the SQNR of the mark-all run against an
+  unmarked run of the same configuration (marking blocks fusions; a low value means the per-layer
+  numbers describe a different graph than the one a user ships);
+- ``--precision quantized`` (QDQ models): the simulator exposes QuantizeLinear outputs, which are
+  stored as raw uint8/uint16 plus scale/offset under the *float* tensor's name (``target_name`` is
+  the Q output), so they compare directly with the fp32 reference.
+
+The simulator writes to fd 1 and shares one backend per process: the work happens in
+:mod:`qnn_debug.workers.htp_worker`, one process per run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import BadInputError
+from ..progress import Progress
+from ..runstore import Run, RunRecord, prepare_run_dir
+from ..versions import library_versions
+from . import DumpRequest
+from .worker_run import run_capture_worker
+
+WORKER = "qnn_debug.workers.htp_worker"
+
+# Provider options a user may add with --option (the EP silently accepts unknown keys, so we do not).
+EXTRA_PROVIDER_OPTIONS = {
+    "htp_performance_mode", "vtcm_mb", "htp_graph_finalization_optimization_mode", "enable_htp_fp16_clamp_overflow",
+    "profiling_level", "profiling_file_path", "enable_framework_op_trace", "framework_op_trace_dir",
+    "dump_json_qnn_graph", "json_qnn_graph_dir",
+}
+# ORT graph optimizers that change QNN numerics (measured); switch them off to localise fusion effects.
+KNOWN_OPTIMIZERS = ("ConvBNFusion", "MatMulAddFusion", "ConvAddFusion", "ConvMulFusion", "GemmActivationFusion")
+
+
+def split_options(options: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """``--option`` pairs → (extra provider options, disabled ORT optimizers); unknown keys are refused."""
+    extra: dict[str, str] = {}
+    disabled: list[str] = []
+    for key, value in options.items():
+        if key == "disabled_optimizers":
+            disabled = [v.strip() for v in value.split(",") if v.strip()]
+        elif key in EXTRA_PROVIDER_OPTIONS:
+            extra[key] = value
+        else:
+            raise BadInputError(
+                f"htp-sim does not take the option {key!r}",
+                hint="allowed: disabled_optimizers=" + ",".join(KNOWN_OPTIMIZERS[:2]) + ", "
+                + ", ".join(sorted(EXTRA_PROVIDER_OPTIONS)),
+            )
+    return extra, disabled
+
+
+def run(request: DumpRequest, progress: Progress) -> Run:
+    """Capture every tensor of ``request.model`` on the HTP simulator into ``request.out``."""
+    from ..inputs import fix_input_shapes, prepare_inputs
+    from ..onnx_graph import ensure_node_names, graph_inputs, load_onnx
+    from . import qnn_ep
+    from .onnx_capture import is_qdq_model, model_info, serialize
+
+    model_path = Path(request.model)
+    if model_path.suffix.lower() == ".mnn":
+        raise BadInputError("the htp-sim target runs ONNX models; this is an .mnn file",
+                            hint="dump .mnn models with --target host or --target device")
+    soc, arch = request.soc_model, request.htp_arch
+    _check_precision(request.precision, soc)
+    extra, disabled = split_options(request.options)
+    options = qnn_ep.provider_options(soc, arch, extra)
+    with progress.stage("htp-sim: prepare", total=None, message="htp-sim: loading the model and inputs"):
+        model = ensure_node_names(load_onnx(model_path))
+        qdq = is_qdq_model(model)
+        if request.precision == "quantized" and not qdq:
+            raise BadInputError(
+                f"{model_path.name} has no QuantizeLinear/DequantizeLinear nodes, so it cannot run quantized",
+                hint="quantize it to QDQ first (onnxruntime.quantization with get_qnn_qdq_config), or use --precision fp16",
+            )
+        if request.precision != "quantized" and qdq:
+            raise BadInputError(f"{model_path.name} is a QDQ-quantized model; HTP runs it in integer arithmetic",
+                                hint="use --precision quantized")
+        prepared = prepare_inputs(graph_inputs(model), inputs=request.inputs, shapes=request.shapes, seed=request.seed)
+        fixed = fix_input_shapes(model, prepared.shapes)
+    out = prepare_run_dir(request.out, force=request.force).resolve()
+    record = RunRecord(
+        role="target", target="htp-sim", precision=request.precision, model=model_info(model_path, model),
+        inputs=prepared.info, soc_model=soc or None, htp_arch=int(options["htp_arch"]) if "htp_arch" in options else None,
+        versions=library_versions(), outputs=[o.name for o in model.graph.output], warnings=list(prepared.warnings),
+    )
+    worker_request = {"force": True, "record": record.model_dump(mode="json"), "options": options,
+                      "precision": request.precision, "disabled_optimizers": disabled}
+    return run_capture_worker(WORKER, worker_request, out, prepared.arrays, log_name="htp_worker.log",
+                              what="HTP simulator run", timeout=request.timeout, progress=progress,
+                              files={"model": serialize(fixed)})
+
+
+def _check_precision(precision: str, soc: int) -> None:
+    """``soc_model`` alone decides fp16 vs fp32 numerics on the simulator; refuse contradictory requests."""
+    from .qnn_ep import FP32_SOCS
+
+    if precision == "fp32" and soc not in FP32_SOCS:
+        raise BadInputError(f"soc_model {soc} runs fp16 on the simulator, not fp32",
+                            hint="use --soc 30 --arch 68 for the fp32 translation check (single ops only)")
+    if precision == "fp16" and soc in FP32_SOCS:
+        raise BadInputError(f"soc_model {soc} gives fp32 numerics on the simulator, not fp16",
+                            hint="use a real SoC id such as --soc 69 (Snapdragon 8 Elite) for fp16")

@@ -1,0 +1,362 @@
+"""Log triage: stream a log of any size, match data-file signatures, rank categories, return evidence.
+
+Why streaming in 4 MiB chunks: a device log can be hundreds of MB; each chunk is searched only for
+signatures whose literal anchors occur in it (``str in`` runs at memory speed), so memory stays bounded
+and a 100 MB log takes seconds. Line numbers are kept exact: CRLF becomes LF, a lone CR (progress bars)
+becomes a space, ANSI colours and NULs are removed, and noise lines are blanked but not deleted.
+This module imports nothing heavy (``qnn-debug triage`` must start fast).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import IO
+
+from ..errors import BadInputError
+from .models import Evidence, Hypothesis, NextStep, NoiseHit, TriageResult, TriageStats
+from .signatures import Signature, SignatureDB, load_signatures
+
+CHUNK_BYTES = 4 << 20
+MAX_LINE_BYTES = 1 << 20
+MAX_EVIDENCE_PER_SIGNATURE = 3
+MAX_EVIDENCE = 30
+MAX_COUNTED_MATCHES = 10_000
+EVIDENCE_TEXT_CHARS = 300
+
+_ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_GENERIC = re.compile(r"(?i)\b(?:error|fail(?:ed|ure)?|segmentation fault)\b")
+_GENERIC_ANCHORS = (b"rror", b"RROR", b"ail", b"AIL", b"egmentation")
+
+
+@dataclass
+class _SigState:
+    count: int = 0
+    evidence: list[tuple[int, str, dict[str, str]]] = field(default_factory=list)
+
+
+@dataclass
+class _Scan:
+    """Everything the scan keeps: bounded evidence per signature, counters, context literals seen."""
+
+    db: SignatureDB
+    lines: int = 0
+    bytes: int = 0
+    bad_bytes: int = 0
+    sig: dict[str, _SigState] = field(default_factory=dict)
+    noise_count: dict[str, int] = field(default_factory=dict)
+    noise_first: dict[str, int] = field(default_factory=dict)
+    context_seen: set[str] = field(default_factory=set)
+    generic: list[tuple[int, str]] = field(default_factory=list)
+    tail: list[tuple[int, str]] = field(default_factory=list)
+
+
+def triage_log(source: str | Path | None = None, *, text: str | None = None, data: bytes | None = None,
+               stream: IO[bytes] | None = None) -> TriageResult:
+    """Triage one log given as a path (``-`` = stdin), a string, bytes or a binary stream.
+
+    Raises :class:`BadInputError` for a missing path, a directory, or an empty log.
+    """
+    start = time.perf_counter()
+    db = load_signatures()
+    scan = _Scan(db=db)
+    label = "<text>"
+    if text is not None:
+        label = "<text>"
+        _scan_chunks(scan, _chunks_of_bytes(text.encode("utf-8", "replace")))
+    elif data is not None:
+        label = "<bytes>"
+        _scan_chunks(scan, _chunks_of_bytes(data))
+    elif stream is not None:
+        label = "<stream>"
+        _scan_chunks(scan, _chunks_of_stream(stream))
+    elif source is None or str(source) == "-":
+        label = "<stdin>"
+        _scan_chunks(scan, _chunks_of_stream(sys.stdin.buffer))
+    else:
+        path = Path(source)
+        label = path.name
+        if not path.exists():
+            raise BadInputError(f"log file {path} does not exist", hint="check the path, or pipe the log: ... 2>&1 | qnn-debug triage -")
+        if path.is_dir():
+            raise BadInputError(f"{path} is a directory", hint="pass one log file (stdout+stderr of the failing run)")
+        try:
+            with path.open("rb") as fh:
+                _scan_chunks(scan, _chunks_of_stream(fh))
+        except OSError as e:
+            raise BadInputError(f"cannot read {path}: {e.strerror}", hint="check permissions") from None
+    if not scan.tail and not scan.sig:  # nothing but whitespace
+        raise BadInputError(f"the log {label} is empty", hint="capture the full stdout and stderr of the failing run (2>&1)")
+    return _decide(scan, label, time.perf_counter() - start)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _chunks_of_bytes(data: bytes) -> Iterator[bytes]:
+    for i in range(0, len(data), CHUNK_BYTES):
+        yield data[i : i + CHUNK_BYTES]
+
+
+def _chunks_of_stream(fh: IO[bytes]) -> Iterator[bytes]:
+    while True:
+        block = fh.read(CHUNK_BYTES)
+        if not block:
+            return
+        yield block
+
+
+def _lines_aligned(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """Re-cut raw chunks at newlines so no line (nor a UTF-8 sequence) is split, except absurdly long lines."""
+    carry = b""
+    for block in chunks:
+        data = carry + block
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            if len(data) < MAX_LINE_BYTES:
+                carry = data
+                continue
+            cut = len(data) - 1
+        carry = data[cut + 1 :]
+        yield data[: cut + 1]
+    if carry:
+        yield carry
+
+
+def _clean(raw: bytes) -> tuple[str, int]:
+    """Normalise one aligned chunk (bytes first: much faster than on a wide str) and decode it.
+
+    Returns the text and the count of NUL/undecodable bytes.
+    """
+    nul = raw.count(b"\x00")
+    if nul:
+        raw = raw.replace(b"\x00", b"")
+    if b"\x1b" in raw:
+        raw = _ANSI.sub(b"", raw)
+    if b"\r" in raw:
+        raw = raw.replace(b"\r\n", b"\n").replace(b"\r", b" ")
+    text = raw.decode("utf-8", "replace")
+    return text, nul + (text.count("\ufffd") if "\ufffd" in text else 0)
+
+
+# --------------------------------------------------------------------------- scanning
+
+
+def _scan_chunks(scan: _Scan, chunks: Iterator[bytes]) -> None:
+    sigs = scan.db.signatures
+    context_literals = {lit for s in sigs for lit in s.requires_any}
+    anchors = {a: a.encode("utf-8") for s in sigs for a in s.anchors}
+    anchors.update({a: a.encode("utf-8") for n in scan.db.noise for a in n.anchors})
+    for raw in _lines_aligned(chunks):
+        scan.bytes += len(raw)
+        # Anchor presence is tested once per chunk on the raw bytes (memchr speed), shared by all signatures.
+        present = {a for a, b in anchors.items() if b in raw}
+        text, bad = _clean(raw)
+        scan.bad_bytes += bad
+        base = scan.lines
+        _remember_tail(scan, text, base)
+        text = _blank_noise(scan, text, base, present)
+        for lit in context_literals - scan.context_seen:
+            if lit.encode("utf-8") in raw:
+                scan.context_seen.add(lit)
+        ascii_only = raw.isascii()
+        for sig in sigs:
+            if sig.needs_non_ascii:
+                if ascii_only or (sig.prefilter and not sig.prefilter_regex.search(text)):
+                    continue
+            elif not present.intersection(sig.anchors):
+                continue
+            _match(scan, sig, text, base)
+        if len(scan.generic) < 5 and any(a in raw for a in _GENERIC_ANCHORS):
+            for m in islice(_GENERIC.finditer(text), 5 - len(scan.generic)):
+                scan.generic.append(_line_at(text, m.start(), base))
+        scan.lines += text.count("\n")
+    if scan.bytes and not scan.lines:
+        scan.lines = 1
+
+
+def _blank_noise(scan: _Scan, text: str, base: int, present: set[str]) -> str:
+    """Replace every noise match by as many newlines as it spanned (line numbers stay exact)."""
+    for noise in scan.db.noise:
+        if not present.intersection(noise.anchors):
+            continue
+        first = noise.regex.search(text)
+        if first is None:
+            continue
+        if noise.id not in scan.noise_first:
+            scan.noise_first[noise.id] = base + text.count("\n", 0, first.start()) + 1
+        text, n = noise.regex.subn(lambda m: "\n" * m.group(0).count("\n"), text)
+        scan.noise_count[noise.id] = scan.noise_count.get(noise.id, 0) + n
+    return text
+
+
+def _match(scan: _Scan, sig: Signature, text: str, base: int) -> None:
+    state = scan.sig.setdefault(sig.id, _SigState())
+    for m in islice(sig.regex.finditer(text), MAX_COUNTED_MATCHES):
+        if not _value_ok(sig, m):
+            continue
+        state.count += 1
+        if len(state.evidence) < MAX_EVIDENCE_PER_SIGNATURE:
+            line_no, line = _line_at(text, m.start(), base)
+            groups = {k: v for k, v in m.groupdict().items() if v}
+            state.evidence.append((line_no, line, groups))
+    if state.count == 0:
+        del scan.sig[sig.id]
+
+
+def _value_ok(sig: Signature, m: re.Match[str]) -> bool:
+    if sig.min_value is None and sig.max_value is None:
+        return True
+    try:
+        value = float(m.group("value"))
+    except (IndexError, TypeError, ValueError):
+        return False
+    if sig.min_value is not None and not value > sig.min_value:
+        return False
+    return not (sig.max_value is not None and value > sig.max_value)
+
+
+def _line_at(text: str, pos: int, base: int) -> tuple[int, str]:
+    start = text.rfind("\n", 0, pos) + 1
+    end = text.find("\n", pos)
+    line = text[start : end if end >= 0 else len(text)].strip()
+    return base + text.count("\n", 0, start) + 1, line[:EVIDENCE_TEXT_CHARS]
+
+
+def _remember_tail(scan: _Scan, text: str, base: int) -> None:
+    lines = text.rstrip("\n").split("\n")[-5:] if len(text) < 65536 else text[-65536:].rstrip("\n").split("\n")[-5:]
+    total = text.count("\n")
+    first_no = base + total - len(lines) + (0 if text.endswith("\n") else 1) + 1
+    for i, line in enumerate(lines):
+        if line.strip():
+            scan.tail.append((first_no + i, line.strip()[:EVIDENCE_TEXT_CHARS]))
+    scan.tail = scan.tail[-5:]
+
+
+# --------------------------------------------------------------------------- deciding
+
+
+def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
+    db = scan.db
+    by_id = {s.id: s for s in db.signatures}
+    scores: dict[str, float] = {}
+    first_line: dict[str, int] = {}
+    reasons: dict[str, list[str]] = {}
+    evidence: list[Evidence] = []
+    groups: list[tuple[Signature, dict[str, str]]] = []
+    for sid, state in scan.sig.items():
+        sig = by_id[sid]
+        if sig.requires_any and not (set(sig.requires_any) & scan.context_seen):
+            continue
+        scores[sig.category] = scores.get(sig.category, 0.0) + sig.weight
+        first = min(e[0] for e in state.evidence)
+        first_line[sig.category] = min(first_line.get(sig.category, first), first)
+        reasons.setdefault(sig.category, []).append(f"{sig.why} ({state.count}x; source: {sig.source})")
+        for line_no, line, g in state.evidence:
+            evidence.append(Evidence(line=line_no, text=line, signature=sig.id, category=sig.category))
+            if g:
+                groups.append((sig, g))
+    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], first_line.get(kv[0], 0)))
+    failures = [(c, s) for c, s in ranked if c != "other"]
+    warnings = _warnings(scan)
+    if failures and failures[0][1] >= db.min_score:
+        category, top = failures[0]
+        second = failures[1][1] if len(failures) > 1 else 0.0
+        confidence = (1 - math.exp(-top / 6)) * top / (top + second)
+    else:
+        category = "other"
+        confidence = 0.5 if "other" in scores else 0.2
+    if not evidence:
+        evidence = [Evidence(line=n, text=t, signature="generic-error-line", category="other") for n, t in scan.generic]
+        evidence = evidence or [Evidence(line=n, text=t, signature="log-tail", category="other") for n, t in scan.tail]
+    evidence.sort(key=lambda e: (e.category != category, e.line))
+    hypotheses = [
+        Hypothesis(category=c, title=db.categories[c].title, score=round(s, 2), why=reasons.get(c, []),
+                   playbook=db.categories[c].playbook)
+        for c, s in ranked[:5]
+    ]
+    if category == "other" and not any(h.category == "other" for h in hypotheses):
+        hypotheses.append(Hypothesis(category="other", title=db.categories["other"].title, score=0.0,
+                                     why=["no known QNN failure signature matched"], playbook=db.categories["other"].playbook))
+    facts, op_steps = _facts(groups, category)
+    spec = db.categories[category]
+    title = spec.title + (" (the run reports success)" if category == "other" and "other" in scores else "")
+    steps = op_steps + [NextStep(tool=s.tool, cli=db.tools[s.tool], why=s.why) for s in spec.next_steps]
+    return TriageResult(
+        source=label,
+        category=category,
+        title=title,
+        confidence=round(min(confidence, 0.99), 2),
+        playbook=spec.playbook,
+        hypotheses=hypotheses,
+        evidence=evidence[:MAX_EVIDENCE],
+        next_steps=steps,
+        facts=facts,
+        noise=[NoiseHit(id=n.id, count=scan.noise_count[n.id], first_line=scan.noise_first.get(n.id, 0), why=n.why)
+               for n in db.noise if n.id in scan.noise_count],
+        warnings=warnings,
+        stats=TriageStats(lines=scan.lines, bytes=scan.bytes, seconds=round(seconds, 3),
+                          undecodable_fraction=round(scan.bad_bytes / max(scan.bytes, 1), 4)),
+    )
+
+
+def _warnings(scan: _Scan) -> list[str]:
+    out = []
+    if scan.bytes and scan.bad_bytes / scan.bytes > 0.05:
+        out.append(f"{100 * scan.bad_bytes / scan.bytes:.0f}% of the input is not text (NUL or invalid UTF-8): is this a log?")
+    return out
+
+
+def _facts(groups: list[tuple[Signature, dict[str, str]]], category: str) -> tuple[list[str], list[NextStep]]:
+    """Decode what the matched lines name: OpType numbers, QNN error codes, rejected QNN/ONNX ops."""
+    from ..mnn.optypes import optype_name, qnn_mapping, source
+    from .codes import code_name
+
+    facts: list[str] = []
+    ops: list[str] = []
+    seen: set[str] = set()
+
+    def add(fact: str) -> None:
+        if fact not in seen:
+            seen.add(fact)
+            facts.append(fact)
+
+    commit = source()["commit"][:7]
+    for _sig, g in groups:
+        if "optype" in g:
+            n = int(g["optype"])
+            try:
+                name = optype_name(n)
+            except BadInputError:
+                add(f"OpType {n} is not in MNN's OpType enum at {commit} (newer/older MNN?)")
+                continue
+            m = qnn_mapping(n)
+            if m is None:
+                add(f"OpType {n} = {name}: MNN's QNN backend has no implementation at {commit}; it cannot run on the NPU")
+            else:
+                add(f"OpType {n} = {name}: MNN at {commit} registers {m.creator} (emits {', '.join(m.qnn_ops[:4])}); "
+                    "if your build says 'Not registered', it predates that support or was built without it")
+            ops.append(name)
+        for key in ("code", "hex", "handle"):
+            if key in g:
+                value = int(g[key], 16) if key == "hex" else int(g[key])
+                add(f"QNN error {value & 0xFFFF}" + (f" (0x{value:x})" if key == "hex" else "") + f" = {code_name(value & 0xFFFF)}")
+        for key in ("op", "onnx_op", "onnx_op2"):
+            if key in g:
+                ops.append(g[key])
+        if "node" in g and category in ("op_validation_failed_3110_0xc26", "finalize_failed_1002", "unsupported_op_not_registered"):
+            add(f"node named by the log: {g['node']}")
+    steps: list[NextStep] = []
+    for op in dict.fromkeys(ops):
+        if len(steps) >= 3:
+            break
+        steps.append(NextStep(tool="lookup_op_constraints", cli=f"qnn-debug op {op} --probe",
+                              why=f"the log names {op}: look up its QNN/HTP constraints and probe it on the simulator"))
+    return facts, steps
+

@@ -1,0 +1,131 @@
+"""Loads and checks ``data/triage_signatures.json``: the knowledge of triage lives there, not in code.
+
+Each signature is a regex with literal ``anchors`` (a chunk of log text is only searched when one anchor
+occurs in it, which keeps a 100 MB log fast), a category, a weight and its source. Noise entries are
+blanked out of the text before any signature runs, so known harmless lines never drive an answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+
+from pydantic import BaseModel, Field, model_validator
+
+DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "triage_signatures.json"
+
+CATEGORIES: tuple[str, ...] = (
+    "finalize_failed_1002",
+    "execute_failed_6000",
+    "offline_io_mismatch_1003_6004",
+    "op_validation_failed_3110_0xc26",
+    "unsupported_op_not_registered",
+    "convert_segfault",
+    "shape_compute_error",
+    "wrong_results_accuracy",
+    "garbled_llm_output_quantization",
+    "sdk_version_or_lib_mismatch",
+    "device_lib_missing_or_load_failure",
+    "dump_path_error_7004",
+    "vtcm_or_memory",
+    "build_error",
+    "other",
+)
+
+
+class Signature(BaseModel):
+    """One recognisable log line: what it means, how much it weighs, and where that knowledge comes from."""
+
+    id: str
+    category: str
+    pattern: str
+    anchors: list[str]
+    weight: float
+    why: str
+    source: str
+    example: str
+    requires_any: list[str] = Field(default_factory=list, description="counts only if one of these occurs in the log")
+    needs_non_ascii: bool = False
+    prefilter: str | None = Field(default=None, description="cheap regex that must match before the full pattern runs")
+    min_value: float | None = Field(default=None, description="named group 'value' must be > this")
+    max_value: float | None = Field(default=None, description="named group 'value' must be <= this")
+
+    @model_validator(mode="after")
+    def _check(self) -> Signature:
+        if self.category not in CATEGORIES:
+            raise ValueError(f"signature {self.id}: unknown category {self.category}")
+        re.compile(self.pattern)
+        if not self.anchors and not self.needs_non_ascii:
+            raise ValueError(f"signature {self.id}: needs anchors (or needs_non_ascii)")
+        return self
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return _compiled(self.pattern, re.MULTILINE)
+
+    @property
+    def prefilter_regex(self) -> re.Pattern[str]:
+        return _compiled(self.prefilter or "", 0)
+
+
+class Noise(BaseModel):
+    """A known harmless message, blanked out before matching (line numbers are kept)."""
+
+    id: str
+    pattern: str
+    anchors: list[str]
+    why: str
+    source: str
+    example: str
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return _compiled(self.pattern, 0)
+
+
+class NextStepSpec(BaseModel):
+    tool: str
+    why: str
+
+
+class CategorySpec(BaseModel):
+    title: str
+    playbook: str
+    next_steps: list[NextStepSpec]
+
+
+class SignatureDB(BaseModel):
+    version: int
+    about: str
+    min_score: float
+    tools: dict[str, str]
+    categories: dict[str, CategorySpec]
+    noise: list[Noise]
+    signatures: list[Signature]
+
+    @model_validator(mode="after")
+    def _check(self) -> SignatureDB:
+        missing = set(CATEGORIES) - set(self.categories)
+        if missing:
+            raise ValueError(f"categories without a playbook entry: {sorted(missing)}")
+        for spec in self.categories.values():
+            for step in spec.next_steps:
+                if step.tool not in self.tools:
+                    raise ValueError(f"next step names unknown tool {step.tool}")
+        ids = [s.id for s in self.signatures] + [n.id for n in self.noise]
+        if len(ids) != len(set(ids)):
+            raise ValueError("duplicate signature ids")
+        return self
+
+
+@cache
+def _compiled(pattern: str, flags: int) -> re.Pattern[str]:
+    return re.compile(pattern, flags)
+
+
+@cache
+def load_signatures(path: Path = DATA_FILE) -> SignatureDB:
+    """Parse and validate the signature file once per process."""
+    return SignatureDB.model_validate(json.loads(path.read_text(encoding="utf-8")))

@@ -1,0 +1,126 @@
+"""Worker: one HTP-simulator configuration, an unmarked and a mark-all run, every tensor saved.
+
+One process per provider configuration, because QNN sessions in a process share the backend and a
+later session inherits the first one's numerics. Both sessions here use the same options.
+
+The unmarked run comes first: marking blocks graph fusions and can *change* the numerics (measured
+on PP-OCR rec: 30.8 dB unmarked vs 40.2 dB marked), so the final outputs of both are kept and their
+difference is recorded as the observer effect.
+
+Request: ``{"model", "out", "force", "inputs_npz", "record", "options", "precision",
+"disabled_optimizers"}``; ``model`` is the shape-fixed ONNX file.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..progress import Progress
+from ..runstore import RunRecord, RunWriter
+
+# SQNR reported for bit-identical outputs (the true value is +inf, which JSON cannot hold).
+IDENTICAL_DB = 200.0
+
+
+def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
+    import numpy as np
+    import onnx
+
+    from ..targets import qnn_ep
+    from ..targets.onnx_capture import capture_plan, mark_for_capture, qdq_points, serialize, write_plan
+
+    model = onnx.load(request["model"])
+    feeds = dict(np.load(request["inputs_npz"], allow_pickle=False))
+    options: dict[str, str] = request["options"]
+    disabled = list(request.get("disabled_optimizers") or [])
+    quantized = request["precision"] == "quantized"
+    outputs = [o.name for o in model.graph.output]
+    timings: dict[str, float] = {}
+
+    with progress.stage("htp-sim: unmarked session", total=None, message="htp-sim: building the unmarked QNN graph"):
+        t0 = time.monotonic()
+        plain = qnn_ep.create_session(serialize(model), options, disabled_optimizers=disabled)
+        timings["create_unmarked_s"] = time.monotonic() - t0
+    with progress.stage("htp-sim: unmarked run", total=None, message="htp-sim: running the unmarked model"):
+        t0 = time.monotonic()
+        unmarked = dict(zip(outputs, _run(plain.session, outputs, feeds), strict=True))
+        timings["run_unmarked_s"] = time.monotonic() - t0
+    plain_log, plain_assignment = plain.log, plain.assignment
+    del plain
+
+    plan = capture_plan(model)
+    points = qdq_points(model) if quantized else []
+    marked_names = [] if quantized else [p.name for p in plan if p.kind != "input"]
+
+    with progress.stage("htp-sim: marked session", total=None,
+                        message=f"htp-sim: building the QNN graph with {len(marked_names) + len(points)} marked tensors"):
+        t0 = time.monotonic()
+        marked = mark_for_capture(model, marked_names, points)
+        info = qnn_ep.create_session(serialize(marked), options, disabled_optimizers=disabled)
+        timings["create_marked_s"] = time.monotonic() - t0
+    wanted = [o.name for o in info.session.get_outputs()]
+    with progress.stage("htp-sim: marked run", total=None, message="htp-sim: running the mark-all model"):
+        t0 = time.monotonic()
+        values = dict(zip(wanted, _run(info.session, wanted, feeds), strict=True))
+        timings["run_marked_s"] = time.monotonic() - t0
+
+    record = RunRecord.model_validate(request["record"])
+    record.assignment = info.assignment
+    record.observer_effect_db = {n: _sqnr_db(values[n], unmarked[n]) for n in outputs}
+    record.extra.update({
+        "provider_options": options,
+        "disabled_optimizers": disabled,
+        "qnn_nodes": {"unmarked": _qnn_count(plain_assignment), "marked": info.qnn_node_count},
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+        "observer_effect": {n: _diff(values[n], unmarked[n]) for n in outputs},
+        "unmarked_outputs_file": "unmarked_outputs.npz",
+    })
+    writer = RunWriter(request["out"], record, force=bool(request.get("force")))
+    np.savez(writer.dir / "unmarked_outputs.npz", **unmarked)
+    writer.write_log("qnn_unmarked.log", "\n".join(plain_log))
+    writer.write_log("qnn_marked.log", "\n".join(info.log))
+    floats = {p.float_name for p in points}
+    total = sum(p.kind != "activation" or p.name in floats for p in plan) if quantized else len(plan)
+    with progress.stage("htp-sim: save", total=total, message="htp-sim: saving tensors") as advance:
+        missing = write_plan(writer, plan, values, feeds, points=points, quantized_only=quantized, advance=advance)
+    if missing:
+        record.warnings.append(f"{len(missing)} marked tensor(s) were not returned: {', '.join(missing[:10])}")
+    writer.finish()
+    return {"tensors": len(record.tensors), "qnn_nodes": info.qnn_node_count}
+
+
+def _run(session: Any, names: list[str], feeds: dict[str, Any]) -> list[Any]:
+    from ..errors import TargetError
+    from ..targets.onnx_capture import one_line
+
+    try:
+        return list(session.run(names, feeds))
+    except Exception as e:  # fallback is disabled, so a failure here is the simulator's, never hidden
+        raise TargetError(f"the HTP simulator failed to run the model: {one_line(e)}",
+                          hint="see logs/ in the output directory for the QNN backend messages") from None
+
+
+def _qnn_count(assignment: list[dict[str, Any]]) -> int:
+    return sum(len(a["nodes"]) for a in assignment if a["provider"] == "QNNExecutionProvider")
+
+
+def _sqnr_db(test: Any, ref: Any) -> float:
+    """10·log10(Σref² / Σ(test-ref)²); :data:`IDENTICAL_DB` for identical outputs."""
+    import numpy as np
+
+    r = np.asarray(ref, dtype=np.float64)
+    d = np.asarray(test, dtype=np.float64) - r
+    noise = float(np.sum(d * d))
+    if noise == 0.0:
+        return IDENTICAL_DB
+    signal = float(np.sum(r * r))
+    return float(10 * np.log10(signal / noise)) if signal > 0 else -IDENTICAL_DB
+
+
+def _diff(test: Any, ref: Any) -> dict[str, Any]:
+    import numpy as np
+
+    a, b = np.asarray(test, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    return {"identical": bool(np.array_equal(a, b)), "max_abs": float(np.max(np.abs(a - b))) if a.size else 0.0}
+

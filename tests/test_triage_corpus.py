@@ -1,0 +1,43 @@
+"""Triage accuracy on real logs from public MNN / ONNX Runtime QNN issues (>= 85% top-1)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from qnn_debug.triage import triage_log
+from qnn_debug.triage.signatures import CATEGORIES
+from triage_accuracy import CORPUS, evaluate
+
+
+def test_corpus_is_real_and_large_enough() -> None:
+    manifest = json.loads((CORPUS / "manifest.json").read_text(encoding="utf-8"))
+    public = [c for c in manifest["cases"] if c["origin"] == "public issue"]
+    assert len(public) >= 25
+    for case in manifest["cases"]:
+        assert (CORPUS / case["file"]).stat().st_size > 0
+        assert case["expected"] in CATEGORIES
+        if case["origin"] == "public issue":
+            assert case["source"].startswith("https://github.com/")
+    assert len({c["expected"] for c in manifest["cases"]}) >= 14, "the corpus must cover (almost) every category"
+
+
+def test_top1_accuracy_and_every_answer_has_evidence_and_next_step(capsys: pytest.CaptureFixture[str]) -> None:
+    results = evaluate()
+    hits = sum(r.got == r.expected for r in results)
+    with capsys.disabled():
+        print(f"\ntriage top-1 accuracy: {hits}/{len(results)} = {hits / len(results):.1%}")
+    assert hits / len(results) >= 0.85, [r for r in results if r.got != r.expected]
+    for r in results:
+        assert r.evidence > 0 and r.next_steps > 0, r
+
+
+def test_stripped_signal_gives_other_not_a_guess() -> None:
+    """A log without any failure line must not be forced into a failure category."""
+    r = triage_log(text="Test convert_cache.mnn from input info: onnx\nRun for 0 time\nWrite y output to output/0_0.txt\n")
+    assert r.category == "other"
+    assert r.evidence and r.next_steps
