@@ -14,6 +14,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+
 from doubles.fake_phone import FakePhone
 from test_mcp_support import MODES, connect, error_text, ok
 

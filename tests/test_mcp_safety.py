@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import anyio
 import pytest
 
 from test_mcp_support import MODES, connect, error_text, ok, write_small_cnn
@@ -78,59 +76,3 @@ async def test_existing_output_directories_are_never_overwritten(tmp_path: Path,
         text = error_text(await client.call_tool("baseline", {"model": model.name, "out": "keep"}))
     assert "already holds files" in text
     assert (tmp_path / "keep" / "notes.txt").read_text() == "user data"
-
-
-def _live_group_members(pgid: int) -> list[int]:
-    """Processes (not zombies) in process group ``pgid``, read from /proc."""
-    alive = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            alive.append(int(entry.name))
-    return alive
-
-
-def _engine_children(marker: str) -> list[int]:
-    """Engine CLI processes whose command line names ``marker`` (our unique tmp dir)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
-            except OSError:
-                continue
-            if "qnn_debug " in cmd and marker in cmd and int(entry.name) != os.getpid():
-                found.append(int(entry.name))
-    return found
-
-
-@pytest.mark.parametrize("mode", MODES)
-async def test_cancelling_a_long_call_kills_its_child_processes(tmp_path: Path, mode: str) -> None:
-    import onnx
-
-    from qnn_debug.examples import deep_conv_net
-
-    onnx.save(deep_conv_net(blocks=24), str(tmp_path / "deep.onnx"))
-    groups: list[int] = []
-    cancel = anyio.CancelScope()
-
-    async def on_progress(done: float, total: float | None, message: str | None) -> None:
-        groups.extend(os.getpgid(pid) for pid in _engine_children(str(tmp_path)))
-        cancel.cancel()
-
-    async with connect(tmp_path, mode) as client:
-        with cancel:
-            await client.call_tool("baseline", {"model": "deep.onnx", "background": False}, progress_callback=on_progress)
-        assert groups, "the engine child was not seen running"
-        with anyio.move_on_after(10):
-            while any(_live_group_members(g) for g in groups):
-                await anyio.sleep(0.1)
-        assert not any(_live_group_members(g) for g in groups)
-        # the server is still serving
-        assert error_text(await client.call_tool("job_status", {"job_id": "gone"}))

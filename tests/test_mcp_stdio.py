@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
 
@@ -126,3 +127,32 @@ def test_bad_root_fails_cleanly_before_serving(tmp_path: Path) -> None:
     ran = subprocess.run([sys.executable, "-m", "qnn_debug_mcp", "--root", str(tmp_path / "missing")],
                          capture_output=True, text=True, timeout=60)
     assert ran.returncode == 2 and "not a directory" in ran.stderr and ran.stdout == ""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.mark.anyio
+async def test_streamable_http_binds_to_localhost(tmp_path: Path) -> None:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "qnn_debug_mcp", "--http", "--port", str(port), "--root", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        listening = ""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and f":{port:04X} " not in listening:
+            listening = Path("/proc/net/tcp").read_text()
+            await anyio.sleep(0.2)
+        assert f"0100007F:{port:04X} " in listening, "not listening on 127.0.0.1"  # 127.0.0.1 only, not 0.0.0.0
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            answer = ok(await client.call_tool("triage_log", {"log_text": "error code 6000"}))
+        assert answer["category"]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=20)

@@ -69,6 +69,9 @@ def test_converts_a_renamed_copy_and_checks_outputs(tool: tuple[Path, Path, Path
     call = json.loads(log.read_text().splitlines()[0])
     assert call["argv"][2:4] == ["57", "75"] and call["argv"][-1] == "--dump_intermediate_outputs"
     assert all(re.fullmatch(r"[A-Za-z0-9_./+=,-]+", a) for a in call["argv"][1:]), "MNN2QNNModel must see shell-inert paths"
+    again = run_mnn2qnn(exe, qnn_sdk=sdk, source=src, output_dir=tmp_path / "out dir", soc_id=57)
+    assert again.passed and not again.dump_intermediate_outputs
+    assert (tmp_path / "out dir" / "my_model_1_57_75.mnn.previous").is_file()
     # the conversion's own meaningless dump stays in the scratch dir, never in the user's CWD
     assert not (tmp_path / "qnn_intermediate_outputs").exists() and call["cwd"] != str(tmp_path)
 

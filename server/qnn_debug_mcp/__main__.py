@@ -24,6 +24,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--adb", default=None, metavar="PATH", help="adb executable to use for devices (default: adb on PATH).")
     p.add_argument("--background-wait", type=float, default=20.0, metavar="S",
                    help="How long baseline/dump_qnn/diagnose wait before answering with a job id (default 20).")
+    p.add_argument("--device-timeout", type=float, default=30.0, metavar="S",
+                   help="Limit for one adb query by list_devices/probe_device (default 30).")
     p.add_argument("--version", action="version", version=f"qnn-debug-mcp {__version__}")
     return p.parse_args(argv)
 
@@ -39,10 +41,13 @@ def main(argv: list[str] | None = None) -> None:
     from .app import build_server
     from .config import ServerConfig
 
-    config = ServerConfig(roots=[r.resolve() for r in roots], adb=args.adb, background_wait_s=max(0.0, args.background_wait))
+    config = ServerConfig(roots=[r.resolve() for r in roots], adb=args.adb, background_wait_s=max(0.0, args.background_wait),
+                          device_timeout_s=max(1.0, args.device_timeout))
     server = build_server(config)
     try:
         if args.http:
+            if args.host not in ("127.0.0.1", "localhost", "::1"):
+                sys.stderr.write(f"qnn-debug-mcp: serving on {args.host}: anyone who can reach it can run tools\n")
             server.run("streamable-http", host=args.host, port=args.port)
         else:
             server.run()

@@ -6,6 +6,7 @@ import inspect
 import json
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -19,6 +20,7 @@ from qnn_debug.errors import QnnDebugError
 
 from .engine import run_engine
 from .errors import from_engine, tool_error
+from .outputs import new_run_dir
 from .progress import ProgressRelay
 from .state import AppState
 from .workspace import Workspace, roots_from_uris
@@ -67,6 +69,11 @@ def workspace(ctx: Context, roots: ListRootsResult | None) -> Workspace:
     """The client's file roots when it listed any, else the server's ``--root`` directories."""
     offered = roots_from_uris(str(r.uri) for r in roots.roots) if roots is not None else []
     return Workspace(offered or app_state(ctx).config.roots)
+
+
+def new_output(ctx: Context, ws: Workspace, raw: str | None, *, group: str, leaf: str, what: str = "out") -> Path:
+    """A fresh, confined run directory for this call (never one another call was given)."""
+    return new_run_dir(ws, raw, claimed=app_state(ctx).claimed_outputs, group=group, leaf=leaf, what=what)
 
 
 def relay(ctx: Context) -> ProgressRelay:

@@ -184,7 +184,6 @@ async def _kill_group(process: Process) -> None:
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 

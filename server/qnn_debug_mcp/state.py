@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from .config import ServerConfig
 from .jobs import JobManager
@@ -16,3 +17,4 @@ class AppState:
     config: ServerConfig
     jobs: JobManager
     reports: ReportRegistry
+    claimed_outputs: set[Path] = field(default_factory=set)  # run directories handed out (see outputs.py)

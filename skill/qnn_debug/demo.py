@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from .diagnose import DEMO_ENTRIES as DIAGNOSIS_ENTRIES
+from .diagnose import demo_steps as diagnosis_steps
 from .progress import NULL_PROGRESS, Progress
 from .runstore import atomic_write_text, check_output_dir
 
@@ -23,7 +25,7 @@ DEMO_FILE = "demo.json"
 MODEL_FILE = "model.onnx"
 BASELINE_DIR = "baseline"
 HTP_DIR = "htp-sim"
-OWN_ENTRIES = (DEMO_FILE, MODEL_FILE, BASELINE_DIR, HTP_DIR)
+OWN_ENTRIES = (DEMO_FILE, MODEL_FILE, BASELINE_DIR, HTP_DIR, *DIAGNOSIS_ENTRIES)
 
 
 class DemoStep(BaseModel):
@@ -94,7 +96,7 @@ def step_htp_dump(ctx: DemoContext) -> DemoStep:
                     details=result.model_dump(mode="json"))
 
 
-STEPS: list[StepFn] = [step_build_model, step_baseline, step_htp_dump]
+STEPS: list[StepFn] = [step_build_model, step_baseline, step_htp_dump, *diagnosis_steps()]
 
 
 def run_demo(out: str | os.PathLike[str], *, progress: Progress = NULL_PROGRESS) -> DemoResult:

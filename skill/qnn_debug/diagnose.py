@@ -124,3 +124,51 @@ def _prepare_out(out: Path, force: bool) -> Path:
                                 hint="choose a new --out")
     out.mkdir(parents=True, exist_ok=True)
     return out.resolve()
+
+
+# --- demo steps (registered in ``qnn_debug.demo``) ------------------------------------------------------
+
+DEMO_BUG = ("conv_on_zeros", "b3_conv")  # the classic MNN symptom: one conv's output is just its bias
+DEMO_ENTRIES = ("report", "model_bug.onnx", "htp-sim-bug", "report-bug")
+
+
+def demo_diagnose_healthy(ctx: Any) -> Any:
+    """Compare the healthy htp-sim dump with the baseline: the verdict should be ok or precision."""
+    from .compare.engine import compare_paths
+    from .demo import DemoStep
+
+    result = compare_paths(ctx.baseline, ctx.htp, report_dir=ctx.out / "report", progress=ctx.progress)
+    v = result.verdict
+    return DemoStep(name="diagnose healthy run", path=result.report_files.get("markdown"),
+                    summary=f"verdict {v.kind} — {v.summary}",
+                    details={"verdict": v.model_dump(mode="json"), "first_failing": None})
+
+
+def demo_diagnose_bug(ctx: Any) -> Any:
+    """Inject one bug into the example, dump it on the simulator, and check the diagnosis names it."""
+    import onnx
+
+    from .compare.engine import compare_paths
+    from .demo import DemoStep
+    from .dump import run_dump
+    from .inject import inject
+    from .targets import DumpRequest
+
+    kind, node = DEMO_BUG
+    edited = ctx.out / "model_bug.onnx"
+    onnx.save(inject(onnx.load(str(ctx.model)), kind, node), str(edited))
+    run_dump(DumpRequest(model=edited, out=ctx.out / "htp-sim-bug", inputs=ctx.baseline / "inputs.npz"), ctx.progress)
+    result = compare_paths(ctx.baseline, ctx.out / "htp-sim-bug", report_dir=ctx.out / "report-bug",
+                           progress=ctx.progress)
+    v, ff = result.verdict, result.first_failing
+    found = ff.op if ff is not None else None
+    mark = "right answer" if found == node and v.kind == "real_bug" else f"WRONG ANSWER (expected {node})"
+    return DemoStep(name="diagnose injected bug", path=result.report_files.get("markdown"),
+                    summary=f"injected {kind} at {node}; verdict {v.kind}/{v.pattern} at {found} ({mark}) — {v.summary}",
+                    details={"injected": {"kind": kind, "node": node}, "verdict": v.model_dump(mode="json"),
+                             "first_failing": ff.model_dump(mode="json") if ff else None,
+                             "right_answer": found == node and v.kind == "real_bug"})
+
+
+def demo_steps() -> list[Any]:
+    return [demo_diagnose_healthy, demo_diagnose_bug]

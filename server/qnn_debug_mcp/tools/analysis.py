@@ -14,11 +14,10 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from ..args import Background, ClientRoots, OptionalPath, PathArg
-from ..calls import app_state, tool, workspace
+from ..calls import app_state, new_output, tool, workspace
 from ..errors import tool_error
 from ..long_runs import run_long
 from ..models import LongToolAnswer
-from ..outputs import new_run_dir
 from ..target_options import Serial, TargetOptions, option_args
 
 Target = Literal["htp-sim", "device", "host"]
@@ -95,7 +94,7 @@ def register_runs(server: MCPServer) -> None:
         if `status` is running, follow `job_id` with job_result."""
         ws = workspace(ctx, roots)
         model_path = ws.resolve(model, what="model", kind="file")
-        cmd = ["baseline", str(model_path), "--out", str(new_run_dir(ws, out, group=model_path.stem, leaf="baseline")),
+        cmd = ["baseline", str(model_path), "--out", str(new_output(ctx, ws, out, group=model_path.stem, leaf="baseline")),
                "--seed", str(seed), "--mnn-gate" if mnn_gate else "--no-mnn-gate", *shape_args(shapes)]
         if inputs:
             cmd += ["--inputs", str(ws.resolve(inputs, what="inputs", kind="file"))]
@@ -128,7 +127,7 @@ def register_runs(server: MCPServer) -> None:
         `inputs`. Runs as a background job by default: follow `job_id` with job_result."""
         ws = workspace(ctx, roots)
         model_path = ws.resolve(model, what="model", kind="file")
-        run_dir = new_run_dir(ws, out, group=model_path.stem, leaf=f"{target}-{precision}")
+        run_dir = new_output(ctx, ws, out, group=model_path.stem, leaf=f"{target}-{precision}")
         cmd = ["dump", str(model_path), "--target", target, "--out", str(run_dir), "--precision", precision,
                "--soc", str(soc), "--seed", str(seed), *shape_args(shapes)]
         if arch is not None:
@@ -196,7 +195,7 @@ def register_compare(server: MCPServer) -> None:
         ws = workspace(ctx, roots)
         ref = ws.resolve(reference, what="reference", kind="any")
         tgt = ws.resolve(target, what="target", kind="any")
-        report = new_run_dir(ws, report_dir, group="compare", leaf=tgt.name, what="report_dir")
+        report = new_output(ctx, ws, report_dir, group="compare", leaf=tgt.name, what="report_dir")
         cmd = ["compare", str(ref), str(tgt), "--report", str(report)]
         for flag, value in (("--model", model), ("--mnn-model", mnn_model)):
             if value:
@@ -234,7 +233,7 @@ def register_compare(server: MCPServer) -> None:
         same call, otherwise follow `job_id` with job_result."""
         ws = workspace(ctx, roots)
         model_path = ws.resolve(model, what="model", kind="file")
-        run_dir = new_run_dir(ws, out, group=model_path.stem, leaf=f"diagnose-{target}")
+        run_dir = new_output(ctx, ws, out, group=model_path.stem, leaf=f"diagnose-{target}")
         cmd = ["diagnose", str(model_path), "--target", target, "--out", str(run_dir), "--precision", precision,
                "--soc", str(soc), "--seed", str(seed), "--mnn-gate" if mnn_gate else "--no-mnn-gate",
                *shape_args(shapes)]

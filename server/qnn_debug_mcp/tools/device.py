@@ -17,10 +17,9 @@ from pydantic import BaseModel, Field
 from qnn_debug.device.probe import ProbeResult
 
 from ..args import Background, ClientRoots, OptionalPath, PathArg
-from ..calls import app_state, quick, respond, tool, workspace
+from ..calls import app_state, new_output, quick, respond, tool, workspace
 from ..long_runs import run_long
 from ..models import LongToolAnswer
-from ..outputs import new_run_dir
 from ..target_options import Serial, TargetOptions, option_args
 from ..workspace import PathKind
 from .analysis import Seed, Shapes, shape_args
@@ -122,7 +121,7 @@ def register(server: MCPServer) -> None:
         ws = workspace(ctx, roots)
         model_path = ws.resolve(model, what="model", kind="file")
         cmd = ["run", str(model_path), "--target", target, "--forward", forward, "--precision", precision,
-               "--out", str(new_run_dir(ws, out, group=model_path.stem, leaf=f"{target}-run")), "--seed", str(seed),
+               "--out", str(new_output(ctx, ws, out, group=model_path.stem, leaf=f"{target}-run")), "--seed", str(seed),
                *shape_args(shapes)]
         paths: list[tuple[str, str | None, PathKind]] = [("testdir", testdir, "dir"), ("baseline", baseline, "dir"),
                                                          ("inputs", inputs, "file")]

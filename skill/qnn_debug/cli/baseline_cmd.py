@@ -23,7 +23,7 @@ def default_out(model: Path, leaf: str) -> Path:
 @app.command("baseline")
 def baseline(
     model: Path = typer.Argument(..., help="The .onnx (or .mnn) model."),
-    out: Path = typer.Option(None, "--out", help="Baseline directory [default: qnn-debug-runs/<model>/baseline]."),
+    out: Path = typer.Option(None, "--out", help="Baseline directory (default: qnn-debug-runs/MODEL/baseline)."),
     inputs: Path = INPUTS_OPTION,
     shape: list[str] = SHAPE_OPTION,
     seed: int = SEED_OPTION,

@@ -11,6 +11,13 @@ from .app import app
 from .baseline_cmd import INPUTS_OPTION, SEED_OPTION, SHAPE_OPTION, default_out
 from .common import FORCE_OPTION, JSON_OPTION, cli_progress, emit, fail
 
+# Shared with other commands that run a QNN target (diagnose, ...).
+SOC_OPTION = typer.Option(69, "--soc", help="QNN soc_model (69 = Snapdragon 8 Elite; it decides fp16 numerics).")
+ARCH_OPTION = typer.Option(None, "--arch", help="HTP architecture without the 'v' (default: the SoC's).")
+PRECISION_OPTION = typer.Option("fp16", "--precision", help="fp16, or quantized for QDQ models.")
+TARGET_OPTIONS_OPTION = typer.Option(None, "--option", help="Target setting key=value (repeatable).")
+TIMEOUT_OPTION = typer.Option(1800.0, "--timeout", help="Seconds before the target run is abandoned.")
+
 
 def parse_options(pairs: list[str] | None) -> dict[str, str]:
     """``key=value`` pairs for target-specific settings (serial, mnn_build_dir, disabled_optimizers, ...)."""
@@ -27,15 +34,15 @@ def parse_options(pairs: list[str] | None) -> dict[str, str]:
 def dump(
     model: Path = typer.Argument(..., help="The model to run (.onnx for htp-sim)."),
     target: str = typer.Option("htp-sim", "--target", help="Where QNN runs: htp-sim, device or host."),
-    out: Path = typer.Option(None, "--out", help="Run directory [default: qnn-debug-runs/<model>/<target>-<precision>]."),
-    soc: int = typer.Option(69, "--soc", help="QNN soc_model (69 = Snapdragon 8 Elite; it decides fp16 numerics)."),
-    arch: int = typer.Option(None, "--arch", help="HTP architecture without the 'v' (default: the SoC's)."),
-    precision: str = typer.Option("fp16", "--precision", help="fp16, or quantized for QDQ models."),
+    out: Path = typer.Option(None, "--out", help="Run directory (default: qnn-debug-runs/MODEL/TARGET-PRECISION)."),
+    soc: int = SOC_OPTION,
+    arch: int = ARCH_OPTION,
+    precision: str = PRECISION_OPTION,
     inputs: Path = INPUTS_OPTION,
     shape: list[str] = SHAPE_OPTION,
     seed: int = SEED_OPTION,
-    option: list[str] = typer.Option(None, "--option", help="Target setting key=value (repeatable)."),
-    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds before the target run is abandoned."),
+    option: list[str] = TARGET_OPTIONS_OPTION,
+    timeout: float = TIMEOUT_OPTION,
     force: bool = FORCE_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:

@@ -98,7 +98,10 @@ def run(
     force: bool = FORCE_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
-    """Run MODEL with MNN's ModuleBasic and judge it against max |reference| (ModuleBasic itself always exits 0)."""
+    """Run MODEL with MNN's ModuleBasic and judge it against max |reference| (ModuleBasic itself always exits 0).
+
+    Exit status 1 when the run completed but an output failed the check (or QNN reported an error).
+    """
     from ..inputs import parse_shape_args
     from ..mnn.tasks import run_model
 

@@ -143,10 +143,11 @@ def decide(fs: Findings, th: Thresholds) -> tuple[Verdict, FirstFailing | None]:
                else "no op shows a jump beyond the floor")
         return (Verdict(kind="precision", pattern="none", confidence=0.75 if checked or not suspects else 0.55,
                         summary=f"Precision, not a wrong op: the target is {where}, but {why}.", evidence=ev), None)
-    return (Verdict(kind="ok", pattern="none", confidence=0.9 if fs.rows else 0.3,
-                    summary=(f"Healthy: every tensor is within {th.excess_ok_db:g} dB of the fp16 floor"
-                             + (f" (worst {worst.name!r}, {_r(worst.excess_db)} dB)." if worst else ".")),
-                    evidence=ev), None)
+    summary = "Healthy: every tensor is at the fp16 floor's error level."
+    if worst is not None and (worst.excess_db or 0.0) >= 0.05:
+        summary = (f"Healthy: every tensor is within {th.excess_ok_db:g} dB of the fp16 floor "
+                   f"(worst {worst.name!r}, {_r(worst.excess_db)} dB).")
+    return Verdict(kind="ok", pattern="none", confidence=0.9 if fs.rows else 0.3, summary=summary, evidence=ev), None
 
 
 def _op_words(row: TensorRow) -> str:

@@ -156,9 +156,6 @@ class Adb:
             raise classify_failure(out, self.serial, what="adb shell")
         return ShellResult(returncode=proc.returncode, output=out)
 
-    def getprop(self, key: str) -> str:
-        return self.shell(["getprop", key], merge_stderr=False).output.strip()
-
     def push(self, local: str | os.PathLike[str], remote: str, *, timeout: float | None = None) -> None:
         src = Path(local).absolute()  # an absolute path can never be taken for an option
         if not src.exists():

@@ -156,7 +156,10 @@ def run_mnn2qnn(
                 details={"log_tail": log[-3000:], "command": cmd},
             )
         for name, p in made.items():
-            shutil.move(str(p), out / name)
+            dst = out / name
+            if dst.exists():  # a previous conversion's output is kept, not overwritten
+                os.replace(dst, dst.with_name(dst.name + ".previous"))
+            shutil.move(str(p), dst)
         result.mnn, result.bin = str(out / mnn_name), str(out / bin_name)
         return result
     finally:
