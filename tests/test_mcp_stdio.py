@@ -3,7 +3,8 @@
 ``import MNN`` and the QNN execution provider write to fd 1; one stray line can make a host drop the
 connection. The server must keep them off stdout whatever ``PYTHONUNBUFFERED`` says, so we speak raw
 JSON-RPC to the real process, make it run MNN (the baseline's MNN-CPU gate), and parse every byte
-it wrote. A second test drives the same entry point with the SDK's client in the current protocol era.
+it wrote. Further tests drive the same entry point with the SDK's client in the current protocol era
+and over streamable HTTP (``--http``, bound to 127.0.0.1).
 """
 
 from __future__ import annotations
