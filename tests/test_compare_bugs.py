@@ -12,8 +12,8 @@ from typing import Any
 
 import onnx
 import pytest
-from compare_models import mixed_ops_net
 
+from compare_models import mixed_ops_net
 from qnn_debug.baseline import run_baseline
 from qnn_debug.compare.engine import compare_paths
 from qnn_debug.compare.schema import CompareResult

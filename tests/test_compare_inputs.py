@@ -14,9 +14,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from compare_models import mixed_ops_net
 from typer.testing import CliRunner
 
+from compare_models import mixed_ops_net
 from qnn_debug.baseline import run_baseline
 from qnn_debug.cli import app
 from qnn_debug.compare.engine import compare_paths
@@ -150,3 +150,34 @@ def test_json_file_option_never_overwrites_other_files(work: Path):
     # a bare --json before the positionals still means stdout
     result = runner.invoke(app, ["compare", "--json", str(work / "cnn_base"), str(work / "same.npz")])
     assert result.exit_code == 0 and json.loads(result.stdout)["verdict"]["kind"] == "ok"
+
+
+def test_without_model_or_floor_the_verdict_says_how_sure_it_is(work: Path, tmp_path: Path):
+    # A baseline whose model file has since been deleted: no op can be re-run on CPU.
+    shutil.copy(work / "cnn.onnx", tmp_path / "gone.onnx")
+    run_baseline(tmp_path / "gone.onnx", tmp_path / "base", mnn_gate=False)
+    buggy = cpu_run(inject(small_cnn(), "conv_on_zeros", "conv2"), {"x": reference_arrays(tmp_path / "base")["x"]})
+    np.savez(tmp_path / "bug.npz", **buggy)
+    (tmp_path / "gone.onnx").unlink()
+    result = compare_paths(tmp_path / "base", tmp_path / "bug.npz")
+    assert result.verdict.kind == "real_bug" and result.verdict.confidence < 0.5
+    assert result.first_failing is not None and result.first_failing.op == "conv2"
+    assert result.first_failing.local_error is None
+    assert any("no longer exists" in w for w in result.warnings)
+    # given the model again, the op is re-run and the pattern found
+    full = compare_paths(tmp_path / "base", tmp_path / "bug.npz", model=work / "cnn.onnx")
+    assert full.verdict.kind == "real_bug" and full.verdict.pattern == "zero_input" and full.verdict.confidence > 0.9
+    # a lone reference run (no fp16 floor next to it) still compares, against a fixed fp16 level
+    shutil.copytree(tmp_path / "base" / "reference", tmp_path / "lone" / "reference")
+    lone = compare_paths(tmp_path / "lone" / "reference", tmp_path / "bug.npz", model=work / "cnn.onnx")
+    assert lone.floor is None and lone.first_failing is not None and lone.first_failing.op == "conv2"
+    assert all(r.floor_metrics is None for r in lone.tensors)
+
+
+def test_no_local_option_skips_the_re_run(work: Path, tmp_path: Path):
+    buggy = cpu_run(inject(small_cnn(), "scale_output", "relu1", factor=0.5), {"x": reference_arrays(work / "cnn_base")["x"]})
+    np.savez(tmp_path / "scaled.npz", **buggy)
+    code, doc = compare_cli(str(work / "cnn_base"), str(tmp_path / "scaled.npz"), "--no-local")
+    assert code == 0 and doc["counts"]["local_checks"] == 0 and doc["first_failing"]["op"] == "relu1"
+    code, doc = compare_cli(str(work / "cnn_base"), str(tmp_path / "scaled.npz"))
+    assert doc["verdict"]["pattern"] == "scale_shift" and doc["verdict"]["evidence"]["pattern_details"]["scale"] == 0.5

@@ -35,6 +35,14 @@ def hanging_adb_double(folder: Path) -> tuple[Path, Path]:
     return exe, pids
 
 
+async def _wait_for_pids(pids: Path) -> list[int]:
+    """The pids the hanging adb double recorded, once it has started."""
+    with anyio.fail_after(60):
+        while not (pids.exists() and pids.read_text().strip()):
+            await anyio.sleep(0.1)
+    return [int(p) for p in pids.read_text().split()]
+
+
 def alive(pid: int) -> bool:
     """True while ``pid`` runs (a zombie left to a non-reaping init counts as gone)."""
     try:
@@ -96,10 +104,7 @@ async def test_cancelling_a_device_run_kills_the_engine_and_adb(tmp_path: Path, 
     async with connect(tmp_path, mode, adb=str(adb)) as client:
         async with anyio.create_task_group() as tg:
             tg.start_soon(client.call_tool, "run_on_device", {"model": "test.mnn", "testdir": "testdir"})
-            with anyio.fail_after(60):
-                while not (pids.exists() and pids.read_text().strip()):
-                    await anyio.sleep(0.1)
-            hung = [int(p) for p in pids.read_text().split()]
+            hung = await _wait_for_pids(pids)
             engine_group = os.getpgid(hung[0])
             assert engine_group != os.getpgid(0)  # the engine runs in its own process group
             cancelled_at = time.monotonic()
@@ -109,3 +114,17 @@ async def test_cancelling_a_device_run_kills_the_engine_and_adb(tmp_path: Path, 
             while any(alive(p) for p in hung):
                 await anyio.sleep(0.1)
         assert error_text(await client.call_tool("job_status", {"job_id": "none"}))  # still serving
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_job_cancel_stops_a_background_dump_and_its_adb(tmp_path: Path, mode: str, mnn_fixtures: Path) -> None:
+    adb, pids = hanging_adb_double(tmp_path)
+    shutil.copy(mnn_fixtures / "test.mnn", tmp_path / "test.mnn")
+    async with connect(tmp_path, mode, adb=str(adb)) as client:
+        started = ok(await client.call_tool("dump_qnn", {"model": "test.mnn", "target": "device", "background": True}))
+        hung = await _wait_for_pids(pids)
+        assert ok(await client.call_tool("job_status", {"job_id": started["job_id"]}))["state"] == "running"
+        cancelled = ok(await client.call_tool("job_cancel", {"job_id": started["job_id"]}))
+        outcome = ok(await client.call_tool("job_result", {"job_id": started["job_id"]}))
+    assert cancelled["state"] == "cancelled" and outcome["state"] == "cancelled" and outcome["result"] is None
+    assert not any(alive(p) for p in hung)

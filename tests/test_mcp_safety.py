@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,7 +48,7 @@ async def test_paths_outside_the_workspace_are_refused(tmp_path: Path, mode: str
 @pytest.mark.parametrize("mode", MODES)
 async def test_huge_strings_and_wrong_types_are_rejected_before_any_work(tmp_path: Path, mode: str) -> None:
     model = write_small_cnn(tmp_path)
-    bad_args = [
+    bad_args: list[dict[str, Any]] = [
         {"model": "m" * 100_000},
         {"model": 12345},
         {"model": ["small_cnn.onnx"]},
@@ -62,6 +63,10 @@ async def test_huge_strings_and_wrong_types_are_rejected_before_any_work(tmp_pat
         for args in bad_args:
             text = error_text(await client.call_tool("baseline", args))
             assert "baseline" in text, (args, text)
+        assert "2000000" in error_text(await client.call_tool("triage_log", {"log_text": "x" * 2_000_001}))
+        assert error_text(await client.call_tool("compare", {"reference": ".", "target": ".", "top": "many"}))
+        assert error_text(await client.call_tool("dump_qnn", {"model": model.name, "target": "cloud"}))
+        assert error_text(await client.call_tool("dump_qnn", {"model": model.name, "options": {"adb": "/bin/sh"}}))
         assert error_text(await client.call_tool("no_such_tool", {}))
         assert error_text(await client.call_tool("job_status", {"job_id": "x" * 1000}))
         assert ok(await client.call_tool("baseline", {"model": model.name, "background": False}))["status"] == "succeeded"

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,13 +64,14 @@ def test_every_link_resolves_one_level_deep() -> None:
         assert (REPO / link).is_file(), f"SKILL.md links to {link}, which does not exist"
 
 
-def test_skill_names_only_tools_the_server_has() -> None:
+def test_skill_names_every_tool_and_no_other() -> None:
     from test_mcp_tools import TOOLS
 
     text = SKILL.read_text(encoding="utf-8")
-    named = set(re.findall(r"`([a-z][a-z_A-Z]+)`", text)) & {t for t in TOOLS} | set(
-        re.findall(r"mnn-qnn-debug:([a-z_A-Z]+)", text))
-    assert named <= TOOLS and len(named) == len(TOOLS), named ^ TOOLS
+    mentioned = set(re.findall(r"`([a-z][A-Za-z_]+)`", text)) & TOOLS
+    qualified = set(re.findall(r"mnn-qnn-debug:([A-Za-z_]+)", text))
+    assert mentioned == TOOLS, TOOLS - mentioned
+    assert qualified <= TOOLS, qualified - TOOLS
 
 
 def _npm_cache() -> str:
@@ -77,21 +79,61 @@ def _npm_cache() -> str:
     return out.stdout.strip() or str(Path.home() / ".npm")
 
 
-@pytest.mark.network
-def test_skills_cli_installs_a_clean_clone_for_claude_code(tmp_path: Path) -> None:
-    source, project, home = tmp_path / "clone", tmp_path / "project", tmp_path / "home"
+def install_for_claude_code(source: Path, tmp: Path) -> Path:
+    """``skills add SOURCE -y -a claude-code`` in a fresh project with a throwaway HOME; the installed folder."""
+    project, home = tmp / "project", tmp / "home"
     project.mkdir()
     home.mkdir()
-    subprocess.run(["git", "clone", "--quiet", str(REPO), str(source)], check=True, timeout=120)
     env = {**os.environ, "HOME": str(home), "DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "1",
            "npm_config_cache": _npm_cache(), "npm_config_update_notifier": "false"}
     ran = subprocess.run([*SKILLS_CLI, "add", str(source), "-y", "-a", "claude-code"], cwd=project, env=env,
                          capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
-    installed = project / ".claude" / "skills" / "mnn-qnn-debug"
-    assert (installed / "SKILL.md").read_text(encoding="utf-8") == (source / "SKILL.md").read_text(encoding="utf-8")
-    for link in relative_links((installed / "SKILL.md").read_text(encoding="utf-8")):
+    return project / ".claude" / "skills" / "mnn-qnn-debug"
+
+
+@pytest.mark.network
+def test_skills_cli_installs_a_clean_clone_for_claude_code(tmp_path: Path) -> None:
+    source = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(REPO), str(source)], check=True, timeout=120)
+    installed = install_for_claude_code(source, tmp_path)
+    text = (installed / "SKILL.md").read_text(encoding="utf-8")
+    assert text == (source / "SKILL.md").read_text(encoding="utf-8")
+    links = relative_links(text)
+    assert any(link.startswith("playbooks/") for link in links), "the committed SKILL.md links no playbooks"
+    for link in links:
         assert (installed / link).is_file(), f"installed skill lacks {link}"
     assert not (installed / ".git").exists()
-    assert (installed / "pyproject.toml").is_file()  # the server can be pip-installed from the skill folder
+    assert_server_installs_from(installed, tmp_path)
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def assert_server_installs_from(folder: Path, tmp: Path) -> None:
+    """SKILL.md says ``pip install <installed folder>`` gives a working server: build that wheel, put it
+    first on the path, and ask the server for its tools and a playbook (read from the wheel's copy)."""
+    import zipfile
+
+    import anyio
+    from mcp import Client, StdioServerParameters
+
+    wheels = tmp / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(folder)],
+                   check=True, capture_output=True, timeout=300)
+    unpacked = tmp / "site"
+    with zipfile.ZipFile(next(wheels.glob("mnn_qnn_debug-*.whl"))) as whl:
+        whl.extractall(unpacked)
+        assert "qnn-debug-mcp = qnn_debug_mcp.__main__:main" in whl.read(
+            next(n for n in whl.namelist() if n.endswith("entry_points.txt"))).decode()
+
+    async def ask() -> tuple[int, str]:
+        params = StdioServerParameters(command=sys.executable, args=["-m", "qnn_debug_mcp", "--root", str(tmp)],
+                                       env={"PATH": os.environ["PATH"], "PYTHONPATH": str(unpacked)}, cwd=str(tmp))
+        async with Client(params) as client:
+            tools = await client.list_tools()
+            where = await client.call_tool("lookup_op_constraints", {"op": "Relu"})
+            readme = await client.read_resource("playbook://README")
+        assert not where.is_error
+        return len(tools.tools), readme.contents[0].text  # type: ignore[union-attr]
+
+    count, readme = anyio.run(ask)
+    assert count == 13 and readme.startswith("# Playbooks")

@@ -100,6 +100,8 @@ def test_stdout_carries_only_json_rpc_while_mnn_runs(tmp_path: Path, unbuffered:
         assert called["result"]["structuredContent"]["result"]["report"]["gate"]["status"] == "passed"
         bad = peer.request("tools/call", {"name": "baseline", "arguments": {"model": "../outside.onnx"}})
         assert bad["result"]["isError"] is True
+        triaged = peer.request("tools/call", {"name": "triage_log", "arguments": {"log_text": "error code 1002"}})
+        assert triaged["result"]["isError"] is False  # in-process engine code: still nothing on stdout
     finally:
         raw = peer.close()
     assert peer.proc.returncode == 0
@@ -157,3 +159,12 @@ async def test_streamable_http_binds_to_localhost(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.communicate(timeout=20)
+
+
+def test_starting_the_server_imports_no_heavy_library() -> None:
+    """tools/list must answer fast: numpy, onnx, onnxruntime, MNN and matplotlib load only inside tools."""
+    probe = ("import sys; from qnn_debug_mcp.app import build_server; build_server(); "
+             "print(','.join(m for m in ('numpy', 'onnx', 'onnxruntime', 'MNN', 'matplotlib') if m in sys.modules))")
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == ""

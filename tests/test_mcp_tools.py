@@ -28,7 +28,7 @@ async def test_tools_are_listed_with_schemas_and_true_annotations(tmp_path: Path
         tools = {t.name: t for t in (await client.list_tools()).tools}
     assert set(tools) == TOOLS
     for tool in tools.values():
-        assert tool.description and len(tool.description) > 80, tool.name
+        assert tool.description and len(tool.description) > 80 and "\n " not in tool.description, tool.name
         assert tool.output_schema is not None, tool.name
         assert "ctx" not in tool.input_schema.get("properties", {}) and "roots" not in tool.input_schema.get("properties", {})
         a = tool.annotations
@@ -45,10 +45,10 @@ async def test_tools_are_listed_with_schemas_and_true_annotations(tmp_path: Path
 @pytest.mark.parametrize("mode", MODES)
 async def test_baseline_dump_compare_workflow_on_the_real_engine(tmp_path: Path, mode: str) -> None:
     model = write_small_cnn(tmp_path)
-    progress: list[str] = []
+    seen: list[str] = []
 
-    async def on_progress(done: float, total: float | None, message: str | None) -> None:
-        progress.append(message or "")
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(message or "")
 
     async with connect(tmp_path, mode) as client:
         base = ok(await client.call_tool("baseline", {"model": model.name, "background": False},
@@ -67,7 +67,7 @@ async def test_baseline_dump_compare_workflow_on_the_real_engine(tmp_path: Path,
     assert result["verdict"]["kind"] == "ok" and result["first_failing"] is None
     assert len(result["tensors"]) == 2 and result["tensors_total"] >= 4  # top rows only; the rest is in the report
     assert "verdict" in report.contents[0].text.lower()  # type: ignore[union-attr]
-    assert any("ort-cpu" in p for p in progress), progress
+    assert any("ort-cpu" in m for m in seen), seen
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -143,6 +143,8 @@ async def test_lookup_op_constraints_from_tables(tmp_path: Path, mode: str) -> N
         by_name = ok(await client.call_tool("lookup_op_constraints", {"op": "Convolution"}))
         by_number = ok(await client.call_tool("lookup_op_constraints", {"op": "17"}))
         unknown = error_text(await client.call_tool("lookup_op_constraints", {"op": "NoSuchOp"}))
+        option_like = error_text(await client.call_tool("lookup_op_constraints", {"op": "--sdk=/etc", "probe": True}))
+    assert "pattern" in option_like  # never reaches the engine's command line as an option
     assert "mnn" in by_name["kinds"] and by_name["facts"] and by_name["probe"] is None
     assert by_number["mnn"][0]["number"] == 17
     assert "unknown op" in unknown and "Next step" in unknown

@@ -18,7 +18,6 @@ PathArg = Annotated[str, Field(min_length=1, max_length=4096,
                                description="Path inside the workspace (relative paths start at the first root).")]
 OptionalPath = Annotated[str | None, Field(default=None, max_length=4096,
                                            description="Path inside the workspace; omit for the default.")]
-Name = Annotated[str, Field(min_length=1, max_length=256)]
 JobId = Annotated[str, Field(min_length=1, max_length=64, description="Job id returned by a long tool.")]
 Background = Annotated[bool | None, Field(
     default=None,

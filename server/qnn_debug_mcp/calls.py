@@ -13,7 +13,6 @@ import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context, ListRoots
 from mcp.types import CallToolResult, ListRootsRequest, ListRootsResult, TextContent, ToolAnnotations
-from mcp_types.version import is_version_at_least
 from pydantic import BaseModel
 
 from qnn_debug.errors import QnnDebugError
@@ -29,7 +28,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 ROOTS_TIMEOUT_S = 5.0
-INPUT_REQUIRED_VERSION = "2026-07-28"
+INPUT_REQUIRED_VERSION = "2026-07-28"  # protocol versions are ISO dates, so they compare as strings
 
 
 def tool(server: MCPServer, *, title: str, annotations: ToolAnnotations) -> Callable[[F], F]:
@@ -55,7 +54,7 @@ async def client_roots(ctx: Context) -> ListRoots | ListRootsResult | None:
     if caps is None or caps.roots is None:
         return None
     version = ctx.protocol_version
-    if version is not None and is_version_at_least(version, INPUT_REQUIRED_VERSION):
+    if version is not None and version >= INPUT_REQUIRED_VERSION:
         return ListRoots()
     try:
         with anyio.fail_after(ROOTS_TIMEOUT_S):

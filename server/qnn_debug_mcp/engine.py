@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
-from qnn_debug.errors import QnnDebugError, TargetError
+from qnn_debug.errors import TargetError
 from qnn_debug.progress import PROGRESS_PREFIX, ProgressEvent
 
 from .errors import engine_error_from_document
@@ -34,11 +34,11 @@ ProgressCallback = Callable[[ProgressEvent], Awaitable[None]]
 
 MAX_STDOUT_BYTES = 64 << 20  # a compare/diagnose answer is KBs; anything near this is a bug
 STDERR_TAIL_LINES = 40
-KILL_GRACE_S = 3.0
-PIPE_GRACE_S = 2.0
+KILL_GRACE_S = 3.0  # between SIGTERM and SIGKILL
+PIPE_GRACE_S = 2.0  # after exit, how long a grandchild may keep our pipes open
 # 0, or 1 with a result document: the command ran and its verdict is "failed" (e.g. `run` when
 # ModuleBasic's numbers are off) — a finding for the model to read, not a tool failure.
-ACCEPTED_STATUSES = (0, 1)  # after exit, how long a grandchild may keep our pipes open
+ACCEPTED_STATUSES = (0, 1)
 
 
 class EngineRun:
@@ -62,7 +62,8 @@ async def run_engine(
     on_progress: ProgressCallback | None = None,
     timeout: float,
 ) -> dict[str, Any]:
-    """Run ``qnn-debug <command>`` and return its result document, or raise a QnnDebugError.
+    """Run ``qnn-debug <command>`` and return its result document, or raise the engine's error
+    (:class:`~qnn_debug.errors.QnnDebugError`).
 
     Cancellation (the client's ``notifications/cancelled``, a job cancel, server shutdown) and the
     timeout both kill the child's whole process group before this returns.
@@ -205,5 +206,3 @@ def _interpret(run: EngineRun, what: str) -> dict[str, Any]:
     raise TargetError(f"{message}: {' | '.join(last)}", hint="check the arguments; the engine's own message is above",
                       details={"stderr_tail": run.stderr_tail, "returncode": run.returncode})
 
-
-__all__ = ["EngineRun", "ProgressCallback", "QnnDebugError", "engine_command", "run_engine"]

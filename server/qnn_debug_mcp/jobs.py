@@ -115,9 +115,6 @@ class JobManager:
                              "use a job_id returned by baseline, dump_qnn, diagnose or another long tool")
         return job
 
-    def all(self) -> list[Job]:
-        return list(self._jobs.values())
-
     def cancel(self, job: Job) -> None:
         job.scope.cancel()
 

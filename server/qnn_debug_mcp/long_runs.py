@@ -58,7 +58,6 @@ async def run_long(
     auto_background: bool,
     summarize: Summarize,
     transform: Transform | None = None,
-    timeout: float | None = None,
 ) -> CallToolResult:
     """Run ``qnn-debug <command>`` according to the policy above and shape the answer.
 
@@ -66,7 +65,7 @@ async def run_long(
     table, which stays in the report files).
     """
     state = app_state(ctx)
-    limit = timeout or state.config.long_timeout_s
+    limit = state.config.long_timeout_s
 
     async def work(on_progress: ProgressCallback) -> dict[str, Any]:
         result = await run_engine(state.config.python, command, on_progress=on_progress, timeout=limit)
@@ -117,6 +116,6 @@ def _pending(job: Job) -> CallToolResult:
     state: JobState = job.state
     answer = LongToolAnswer(
         status=state, job_id=job.id, summary=f"{job.title} is {state} as job {job.id}",
-        next_step=f"call job_result with job_id={job.id} and wait_s up to 50 (or job_status for progress)",
+        next_step=f"call job_result with job_id={job.id} and wait_s up to 100 (or job_status for progress)",
     )
     return respond(answer, f"{job.tool}: started job {job.id} ({state}); follow it with job_status/job_result")

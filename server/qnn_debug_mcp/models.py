@@ -47,10 +47,6 @@ class JobInfo(BaseModel):
     next_step: str
 
 
-class JobList(BaseModel):
-    jobs: list[JobInfo]
-
-
 class JobOutcome(BaseModel):
     """A finished (or still running) job and, when it succeeded, the engine's result document."""
 

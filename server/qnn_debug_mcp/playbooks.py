@@ -1,7 +1,7 @@
 """Find the playbooks: the repository's ``playbooks/`` folder, or the copy shipped in the wheel.
 
-A source checkout (and an installed skill folder) has ``<repo>/playbooks``; a wheel install has
-``qnn_debug/playbooks`` (pyproject's force-include). Both are looked for, in that order.
+A wheel install has ``qnn_debug/playbooks`` (pyproject's force-include); a source checkout (and an
+installed skill folder, which is a copy of the repository) has ``<repo>/playbooks``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,12 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def playbook_dirs() -> list[Path]:
+    """Folders that may hold the playbooks: the wheel's copy first, then a source checkout's."""
     here = Path(__file__).resolve()
-    candidates = [here.parents[2] / "playbooks", Path(qnn_debug.__file__).resolve().parent / "playbooks"]
-    return [c for c in candidates if c.is_dir()]
+    shipped = Path(qnn_debug.__file__).resolve().parent / "playbooks"
+    repo = here.parents[2]
+    checkout = repo / "playbooks" if (repo / "pyproject.toml").is_file() and here.parent.parent.name == "server" else None
+    return [c for c in (shipped, checkout) if c is not None and c.is_dir()]
 
 
 def playbook_files() -> dict[str, Path]:

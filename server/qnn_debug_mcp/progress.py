@@ -18,7 +18,7 @@ MIN_INTERVAL_S = 0.25
 
 
 def describe(event: ProgressEvent) -> str:
-    """One human line for an event, e.g. ``dump htp-sim: 12/40 conv1``."""
+    """One human line for an event, e.g. ``ort-cpu: save (3/5)`` or ``ort-cpu: save: done``."""
     label = event.stage if event.message in ("", event.stage) else f"{event.stage}: {event.message}"
     if event.finished:
         return f"{event.stage}: done"

@@ -36,9 +36,6 @@ class ReportRegistry:
             ))
         return uri
 
-    def paths(self) -> dict[str, Path]:
-        return dict(self._paths)
-
 
 def _mime(path: Path) -> str:
     if path.suffix == ".md":

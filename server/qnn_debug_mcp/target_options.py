@@ -18,6 +18,8 @@ SERIAL_PATTERN = r"^[A-Za-z0-9._:\-\[\]@]+$"
 Serial = Annotated[str | None, Field(default=None, max_length=128, pattern=SERIAL_PATTERN,
                                      description="adb serial of the phone (see list_devices); needed when several are attached")]
 HostPath = Annotated[str | None, Field(default=None, max_length=4096)]
+DevicePath = Annotated[str | None, Field(default=None, max_length=512, pattern=r"^/[A-Za-z0-9._/+-]*$",
+                                         description="device directory with ModuleBasic.out, libMNN*.so and the QNN libs")]
 
 
 class TargetOptions(BaseModel):
@@ -28,8 +30,7 @@ class TargetOptions(BaseModel):
     mode: Literal["auto", "online", "offline"] | None = Field(
         None, description="online: MNN's QNN backend builds the graph at run time; offline: an MNN2QNNModel "
         "context binary (dumps every tensor); auto: decide from the model")
-    mnn_dir: str | None = Field(None, max_length=512, pattern=r"^/[A-Za-z0-9._/+-]*$",
-                                description="device directory with ModuleBasic.out, libMNN*.so and the QNN libs")
+    mnn_dir: DevicePath = None
     source_model: HostPath = Field(None, description="the .mnn given to MNN2QNNModel when `model` is its wrapper")
     plugin_model: HostPath = Field(None, description="a prebuilt <base>_<soc>_<arch>.mnn (its .bin beside it)")
     mnn2qnn: HostPath = Field(None, description="MNN2QNNModel executable (x86_64 host) for offline runs")

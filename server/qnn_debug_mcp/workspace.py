@@ -42,10 +42,6 @@ class Workspace:
     def describe(self) -> str:
         return ", ".join(str(r) for r in self.roots)
 
-    def contains(self, path: Path) -> bool:
-        real = Path(os.path.realpath(path))
-        return any(real == r or real.is_relative_to(r) for r in self.roots)
-
     def resolve(self, raw: str, *, what: str, kind: PathKind = "any", must_exist: bool = True) -> Path:
         """The real path for a user-supplied path, or a ToolError saying why it is refused.
 
@@ -78,9 +74,3 @@ class Workspace:
         if real.exists() and kind == "dir" and not real.is_dir():
             raise tool_error(f"{what} {raw!r} is not a directory", "pass a directory")
         return real
-
-    def output_dir(self, raw: str | None, *, what: str, default_name: str) -> Path:
-        """Where a tool writes a new run: the given path (confined) or ``qnn-debug-runs/<name>`` in the first root."""
-        if raw:
-            return self.resolve(raw, what=what, kind="dir", must_exist=False)
-        return self.roots[0] / "qnn-debug-runs" / default_name

@@ -72,11 +72,12 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
         finally:
             timings[f"{name}_s"] = round(time.monotonic() - t0, 3)
 
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="qnn-debug-diagnose") as pool:
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="qnn-debug-diagnose") as pool:
         base_future = pool.submit(timed, "baseline", run_baseline, base_model, out_dir / BASELINE_DIR,
                                   inputs=inputs_path, shapes=shapes, seed=seed, force=force, progress=progress,
                                   mnn_gate=mnn_gate)
         dump_future = pool.submit(timed, "dump", run_dump, request, progress)
+        pool.submit(_warm_imports)  # the comparison's heavy imports, while the target runs
         base_error = base_future.exception()
         dump_error = dump_future.exception()
     if base_error is not None:
@@ -90,6 +91,18 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
     return DiagnoseResult(out=str(out_dir), baseline=str(out_dir / BASELINE_DIR), target_run=str(run_dir),
                           report_dir=str(out_dir / REPORT_DIR), baseline_trusted=baseline.report.trusted,
                           baseline_sentence=baseline.report.sentence, compare=result, timings=timings)
+
+
+def _warm_imports() -> None:
+    """Import what the comparison needs (ONNX Runtime, matplotlib) while we wait for the target anyway."""
+    import contextlib
+
+    with contextlib.suppress(ImportError):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot
+        import onnxruntime  # noqa: F401
 
 
 def _inputs(model: Path, out: Path, inputs: str | os.PathLike[str] | None, shapes: dict[str, list[int]] | None,

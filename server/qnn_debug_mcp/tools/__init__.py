@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from mcp.server import MCPServer
 
-from . import analysis, device, job_tools, knowledge
+from .analysis import register as register_analysis
+from .device import register as register_device
+from .job_tools import register as register_jobs
+from .knowledge import register as register_knowledge
 
 
 def register_all(server: MCPServer) -> None:
-    for module in (knowledge, analysis, device, job_tools):
-        module.register(server)
+    """Register every tool; the order is the order of ``tools/list``: the workflow's own order."""
+    for register in (register_knowledge, register_analysis, register_device, register_jobs):
+        register(server)

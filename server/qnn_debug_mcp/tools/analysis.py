@@ -34,6 +34,8 @@ Arch = Annotated[int | None, Field(default=None, ge=60, le=99, description="HTP 
                                                                             "omit for the SoC's own.")]
 
 WRITES_RUNS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+WRITES_REPORT = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                open_world_hint=False)  # each call writes a new report directory
 WRITES_RUNS_MAYBE_DEVICE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                            open_world_hint=True)
 
@@ -168,8 +170,7 @@ def summarize_diagnose(r: dict[str, Any]) -> str:
 
 
 def register_compare(server: MCPServer) -> None:
-    @tool(server, title="Compare a QNN run with the baseline", annotations=ToolAnnotations(
-        read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False))
+    @tool(server, title="Compare a QNN run with the baseline", annotations=WRITES_REPORT)
     async def compare(
         reference: PathArg,
         target: PathArg,

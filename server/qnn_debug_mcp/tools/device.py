@@ -20,15 +20,13 @@ from ..args import Background, ClientRoots, OptionalPath, PathArg
 from ..calls import app_state, new_output, quick, respond, tool, workspace
 from ..long_runs import run_long
 from ..models import LongToolAnswer
-from ..target_options import Serial, TargetOptions, option_args
+from ..target_options import DevicePath, Serial, TargetOptions, option_args
 from ..workspace import PathKind
 from .analysis import Seed, Shapes, shape_args
 
 READS_DEVICE = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
 RUNS_ON_DEVICE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                  open_world_hint=True)
-DevicePath = Annotated[str | None, Field(default=None, max_length=512, pattern=r"^/[A-Za-z0-9._/+-]*$",
-                                         description="device directory with ModuleBasic.out and the libraries")]
 TextArg = Annotated[str | None, Field(default=None, max_length=1024)]
 
 

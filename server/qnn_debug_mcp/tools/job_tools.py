@@ -16,6 +16,7 @@ from ..long_runs import publish_report
 from ..models import JobInfo, JobOutcome
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+CANCELS = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 CANCEL_GRACE_S = 10.0
 
 
@@ -52,10 +53,7 @@ def register(server: MCPServer) -> None:
         detail = f": {job.error.message}" if job.error else ""
         return respond(outcome, f"job {job.id} ({job.tool}) {job.state}{detail}")
 
-    @tool(server, title="Cancel a background job",
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
-                                    open_world_hint=False),
-    )
+    @tool(server, title="Cancel a background job", annotations=CANCELS)
     async def job_cancel(job_id: JobId, ctx: Context) -> Annotated[CallToolResult, JobInfo]:
         """Stop a queued or running background job and kill its engine processes (simulator, adb,
         MNN). Partial output stays on disk but is not a valid run. Cancelling a finished job changes

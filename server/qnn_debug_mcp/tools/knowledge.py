@@ -75,17 +75,18 @@ def register(server: MCPServer) -> None:
 
     @tool(server, title="QNN/HTP constraints of an op", annotations=READ_ONLY_LOCAL)
     async def lookup_op_constraints(
-        op: Annotated[str, Field(min_length=1, max_length=100, description="MNN OpType name or number (e.g. "
+        op: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:+-]*$",
+                                 description="MNN OpType name or number (e.g. "
                                  "Convolution or 17), ONNX op (Conv) or QNN op (Conv2d)")],
         ctx: Context,
         probe: Annotated[bool, Field(description="also build a one-op ONNX graph and try it on the HTP "
                                      "simulator (takes seconds)")] = False,
-        shapes: Annotated[list[ProbeShape], Field(max_length=8, description="probe inputs, one per input: "
-                                                  "DIMS[:DTYPE][=V1,...], e.g. 1x64x56x56:float32; later inputs "
-                                                  "become constants")] = [],  # noqa: B006 - pydantic copies defaults
+        shapes: Annotated[list[ProbeShape] | None, Field(max_length=8, description="probe inputs, one per input: "
+                                                         "DIMS[:DTYPE][=V1,...], e.g. 1x64x56x56:float32; later "
+                                                         "inputs become constants")] = None,
         attrs: Annotated[dict[Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")],
-                              Annotated[str, Field(max_length=200)]],
-                         Field(max_length=32, description='probe ONNX attributes, e.g. {"kernel_shape": "3,3"}')] = {},  # noqa: B006
+                              Annotated[str, Field(max_length=200)]] | None,
+                         Field(max_length=32, description='probe ONNX attributes, e.g. {"kernel_shape": "3,3"}')] = None,
         soc: Annotated[int, Field(ge=1, le=1000, description="soc_model of the probe (69 = 8 Elite)")] = 69,
     ) -> Annotated[CallToolResult, OpConstraints]:
         """Look up what MNN's QNN backend does with an op and what Qualcomm's HTP accepts: the QNN
@@ -98,9 +99,9 @@ def register(server: MCPServer) -> None:
         cfg = app_state(ctx).config
         if probe or shapes or attrs:
             cmd = ["op", op, "--probe", "--soc", str(soc)]
-            for spec in shapes:
+            for spec in shapes or []:
                 cmd += ["--shape", spec]
-            for key, value in attrs.items():
+            for key, value in (attrs or {}).items():
                 cmd += ["--attr", f"{key}={value}"]
             result = OpConstraints.model_validate(await engine(ctx, cmd, timeout=cfg.quick_timeout_s * 5))
         else:
@@ -116,14 +117,14 @@ def register(server: MCPServer) -> None:
     @tool(server, title="Set shapeMutable in an MNN test dir", annotations=EDITS_TESTDIR)
     async def toggle_shapeMutable(
         test_dir: PathArg,
-        value: Annotated[bool, Field(description="false for QNN online runs (inputs are copied in); true is "
-                                     "ModuleBasic's default")],
+        value: Annotated[bool, Field(description="false for QNN online runs; true is ModuleBasic's default")],
         ctx: Context,
         roots: ClientRoots,
     ) -> Annotated[CallToolResult, ShapeMutableChange]:
         """Set `shapeMutable` in a ModuleBasic test directory's input.json. With the default
-        (true) MNN's QNN online backend does not copy inputs in, so outputs come out constant or
-        zero (verdict input_not_copied); false fixes that. The file is rewritten atomically and the
+        (true) MNN's QNN online backend can bake an input into the graph as a constant ("Tensor
+        usage is 1.", sometimes error code 6000), so outputs stop depending on the input (compare
+        verdict input_not_copied); false fixes that. The file is rewritten atomically and the
         previous version kept as input.json.bak; setting the value it already has changes
         nothing. Then re-run with run_on_device (testdir=...)."""
         folder = workspace(ctx, roots).resolve(test_dir, what="test_dir", kind="dir")

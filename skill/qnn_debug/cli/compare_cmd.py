@@ -3,7 +3,9 @@
 ``--json`` takes an optional value here: ``--json`` or ``--json -`` prints the one JSON document on
 stdout (the project-wide convention), ``--json FILE`` writes it to FILE and keeps the human summary on
 stdout. A bare ``--json`` directly before the positional arguments still means stdout: a token is only
-taken as FILE when REFERENCE and TARGET are both given elsewhere on the line.
+taken as FILE when REFERENCE and TARGET are both given elsewhere on the line. On an error nothing is
+written to FILE (the message goes to stderr and the exit code says 2 or 3), and FILE is never allowed to
+replace an existing file that is not ``.json``.
 """
 
 from __future__ import annotations

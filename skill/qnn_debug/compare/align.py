@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from ..errors import BadInputError
 from ..runstore import Run, TensorRecord
-from .metrics import ErrorStats, as_float32
+from .metrics import ErrorStats, Workspace, as_float32
+from .npy_stream import ChunkReader, open_npy, prefetch
 from .schema import UnalignedRow
 
 Layout = Literal["same", "nhwc", "reshape"]
@@ -64,8 +67,9 @@ def align(reference: Run, other: Run, *, ignore: Callable[[str], bool] | None = 
     for rec in reference.iter_in_order():
         ref_names.add(rec.name)
         if not other.has(rec.name):
+            why = "graph input not recorded" if rec.kind == "input" else "fused away or not dumped"
             unaligned.append(UnalignedRow(
-                name=rec.name, side="reference", reason=f"not in the {other_side_label} (fused away or not dumped)",
+                name=rec.name, side="reference", reason=f"not in the {other_side_label} ({why})",
                 reference_shape=rec.shape, op=rec.op, position=rec.position,
             ))
             continue
@@ -111,15 +115,44 @@ def iter_chunks(ref_arr: np.ndarray, other_arr: np.ndarray, layout: Layout,
             yield o, r
 
 
+def tensor_path(run: Run, rec: TensorRecord) -> Path:
+    """Where a tensor's bytes are; refuses records that point outside the run (edited run.json)."""
+    rel = Path(rec.file)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise BadInputError(f"run {run.dir} points outside itself ({rec.file})", hint="the run.json was edited or corrupted")
+    return run.dir / rel
+
+
+def prefetch_pair(reference: Run, other: Run, pair: Pair) -> None:
+    """Let the kernel read the pair's files while the previous pair is being compared."""
+    prefetch(tensor_path(reference, pair.ref))
+    prefetch(tensor_path(other, pair.other))
+
+
 def pair_stats(reference: Run, other: Run, pair: Pair, *, atol: float, rtol: float,
-               chunk: int = DEFAULT_CHUNK) -> ErrorStats:
-    """Stream one pair through :class:`ErrorStats` (memory-mapped; bounded memory)."""
-    ref_arr = reference.array(pair.ref.name)
-    other_arr = other.array(pair.other.name)
+               chunk: int = DEFAULT_CHUNK, ws: Workspace | None = None) -> ErrorStats:
+    """Stream one pair through :class:`ErrorStats` with bounded memory.
+
+    Same-order layouts read both files sequentially into the workspace's buffers; the NHWC case walks
+    memory-mapped arrays in blocks.
+    """
+    ws = ws or Workspace()
     stats = ErrorStats(atol=atol, rtol=rtol)
-    scratch = np.empty(min(chunk, max(int(ref_arr.size), 1)), np.float32)
+    r_npy = open_npy(tensor_path(reference, pair.ref))
+    o_npy = open_npy(tensor_path(other, pair.other))
+    if r_npy.size != o_npy.size:
+        raise BadInputError(f"tensor {pair.name!r}: the files hold {r_npy.size} and {o_npy.size} elements",
+                            hint="a run.json does not match its tensor files; re-run the capture")
+    if pair.layout != "nhwc" and not r_npy.fortran and not o_npy.fortran:
+        other_chunks = ChunkReader(o_npy, ws.buffers["target"]).chunks(chunk)
+        ref_chunks = ChunkReader(r_npy, ws.buffers["reference"]).chunks(chunk)
+        for o, r in zip(other_chunks, ref_chunks, strict=True):
+            stats.update(as_float32(o, ws, "t32"), as_float32(r, ws, "r32"), ws)
+        return stats
+    ref_arr = reference.array(pair.ref.name).reshape(pair.ref.shape)
+    other_arr = other.array(pair.other.name).reshape(pair.other.shape)
     for o, r in iter_chunks(ref_arr, other_arr, pair.layout, chunk):
-        stats.update(as_float32(o, scratch), as_float32(r))
+        stats.update(as_float32(o, ws, "t32"), as_float32(r, ws, "r32"), ws)
     del ref_arr, other_arr
     return stats
 

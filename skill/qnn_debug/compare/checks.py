@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runstore import Run
+from ..runstore import QuantParams, Run
 from .align import load_in_reference_layout, match_layout
 from .local_error import Fetch, LocalRunError, ModelIndex, measure, prepare
 from .localize import Suspect
@@ -30,6 +30,13 @@ def fetcher(reference: Run, target: Run) -> Fetch:
     return fetch
 
 
+def quant_step(quant: QuantParams | None) -> float | None:
+    """One quantization step of a tensor (the mean over channels for per-channel encodings)."""
+    if quant is None:
+        return None
+    return float(np.mean(quant.scale)) if isinstance(quant.scale, list) else float(quant.scale)
+
+
 def check_suspect(index: ModelIndex, suspect: Suspect, reference: Run, target: Run, *,
                   quantized: bool, th: Thresholds, patterns: bool = True) -> Finding:
     """Local error of the suspect (and, when it is wrong, the pattern that reproduces the target)."""
@@ -40,10 +47,11 @@ def check_suspect(index: ModelIndex, suspect: Suspect, reference: Run, target: R
         return Finding(suspect, LocalError(note=str(e), segment=names))
     rec = target.info(suspect.tensor)
     target_out = load_in_reference_layout(target, rec, reference.info(suspect.tensor).shape).astype(np.float32)
-    scale = None
-    if rec.quant is not None:
-        scale = float(np.mean(rec.quant.scale)) if isinstance(rec.quant.scale, list) else float(rec.quant.scale)
-    le = measure(run, suspect.tensor, target_out, op_type=suspect.op.op_type, quant_scale=scale, th=th)
+    try:
+        le = measure(run, suspect.tensor, target_out, op_type=suspect.op.op_type, quant_scale=quant_step(rec.quant),
+                     th=th)
+    except LocalRunError as e:
+        return Finding(suspect, LocalError(note=str(e), segment=names))
     finding = Finding(suspect, le, reads_graph_input=any(b in index.graph_inputs for b in run.segment.boundary))
     if le.ok is False and patterns and suspect.tensor in run.outputs:
         local = run.outputs[suspect.tensor]

@@ -10,8 +10,13 @@ MNN dumps, ``.npz`` targets, report files).
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
+import threading
 import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +27,22 @@ from ..errors import BadInputError
 from ..onnx_graph import is_floor_helper
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import Run, atomic_write_text, sha256_file
-from .align import DEFAULT_CHUNK, Pair, align, pair_stats
+from .align import DEFAULT_CHUNK, Pair, align, pair_stats, prefetch_pair
+from .checks import quant_step
 from .importers import ReferenceSide, open_reference, open_target, target_kind
 from .localize import OpNode, find_suspects, judge_tensor, ops_without_graph
-from .metrics import metric_values
-from .schema import CompareResult, TensorRow
+from .metrics import Workspace, metric_values
+from .schema import CompareResult, MetricValues, TensorRow
 from .thresholds import Thresholds
 from .verdict import Finding, Findings, decide
+
+PREFETCH_AHEAD = 4  # tensors whose files the kernel reads ahead of the comparison
 
 
 class CompareOptions(BaseModel):
     thresholds: Thresholds = Field(default_factory=Thresholds)
     chunk: int = DEFAULT_CHUNK  # elements per streamed chunk
+    threads: int = Field(default_factory=lambda: min(2, os.cpu_count() or 1))  # tensors compared at once
     local_checks: bool = True  # re-run suspects on CPU (needs the ONNX model)
     patterns: bool = True  # test alternative semantics on a confirmed bug
 
@@ -139,15 +148,10 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
 
     rows: dict[str, TensorRow] = {}
     with progress.stage("compare: tensors", total=len(alignment.pairs), message="compare: metrics per tensor") as advance:
-        for pair in alignment.pairs:
-            stats = pair_stats(ref, target, pair, atol=th.atol, rtol=th.rtol, chunk=opts.chunk)
-            floor_values = None
-            fp = floor_pairs.get(pair.name)
-            if fp is not None and side.floor is not None:
-                floor_values = metric_values(pair_stats(ref, side.floor, fp, atol=th.atol, rtol=th.rtol, chunk=opts.chunk))
+        for pair, values, floor_values in stream_metrics(side, target, alignment.pairs, floor_pairs, opts):
             rec = pair.ref
             row = TensorRow(name=pair.name, op=rec.op, op_type=rec.op_type, position=rec.position,
-                            metrics=metric_values(stats), floor_metrics=floor_values,
+                            metrics=values, floor_metrics=floor_values,
                             layout=None if pair.layout == "same" else pair.layout,
                             target_name=pair.other.target_name, quantized=pair.other.quant is not None)
             judged = judge_tensor(row.metrics, row.floor_metrics, rec.op_type, th)
@@ -184,16 +188,20 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
         findings = [Finding(s, None) for s in suspects]
     consumers: dict[str, str] = {}
     for op in ops:
-        for i in op.inputs:
-            consumers.setdefault(i, op.name)
+        for name in op.inputs:
+            consumers.setdefault(name, op.name)
     fs = Findings(rows=rows, findings=findings, quantized=quantized, outputs=list(ref.record.outputs),
                   zero_inputs=zero_inputs, input_consumers=consumers, local_unavailable=local_note,
-                  observer_effect_db=target.record.observer_effect_db)
+                  observer_effect_db=target.record.observer_effect_db, has_floor=side.floor is not None)
     verdict, first = decide(fs, th)
     if len(suspects) > len(findings):
         verdict.evidence["unchecked_suspects"] = [
             {"tensor": s.tensor, "op": s.op.name, "jump_db": round(s.jump_db, 1)} for s in suspects[len(findings):][:5]]
     warnings = list(target.record.warnings)
+    bad_ref = [r.name for r in rows.values() if (r.metrics.get("ref_nonfinite") or 0) > 0]
+    if bad_ref:
+        warnings.append(f"the reference has NaN/Inf in {len(bad_ref)} tensor(s), which were not judged: "
+                        + ", ".join(bad_ref[:5]))
     if local_note:
         warnings.append(f"local error not computed: {local_note}")
     ordered = sorted(rows.values(), key=lambda r: r.position)
@@ -208,6 +216,43 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
                 "floor_aligned": sum(r.floor_metrics is not None for r in rows.values())},
         warnings=warnings, thresholds=th.model_dump(), elapsed_s=round(time.monotonic() - t_start, 3),
     )
+
+
+def stream_metrics(side: ReferenceSide, target: Run, pairs: list[Pair], floor_pairs: dict[str, Pair],
+                   opts: CompareOptions) -> Iterator[tuple[Pair, MetricValues, MetricValues | None]]:
+    """Metrics of every pair (and its floor pair), in order, computed on ``opts.threads`` threads.
+
+    Each thread owns a workspace; numpy and BLAS release the GIL, so two tensors are compared at once.
+    The kernel is told to read the next pairs' files ahead while the current ones are computed.
+    """
+    th = opts.thresholds
+    local = threading.local()
+
+    def one(pair: Pair) -> tuple[Pair, MetricValues, MetricValues | None]:
+        ws = getattr(local, "ws", None)
+        if ws is None:
+            ws = local.ws = Workspace()
+        values = metric_values(pair_stats(side.reference, target, pair, atol=th.atol, rtol=th.rtol,
+                                          chunk=opts.chunk, ws=ws))
+        fp = floor_pairs.get(pair.name)
+        floor_values = None
+        if fp is not None and side.floor is not None:
+            floor_values = metric_values(pair_stats(side.reference, side.floor, fp, atol=th.atol, rtol=th.rtol,
+                                                    chunk=opts.chunk, ws=ws))
+        return pair, values, floor_values
+
+    for ahead in pairs[:PREFETCH_AHEAD]:
+        prefetch_pair(side.reference, target, ahead)
+    with ThreadPoolExecutor(max_workers=max(1, opts.threads), thread_name_prefix="qnn-debug-compare") as pool:
+        pending: deque[Future[tuple[Pair, MetricValues, MetricValues | None]]] = deque()
+        for i, pair in enumerate(pairs):
+            if i + PREFETCH_AHEAD < len(pairs):  # keep the disk busy while these pairs are computed
+                prefetch_pair(side.reference, target, pairs[i + PREFETCH_AHEAD])
+            pending.append(pool.submit(one, pair))
+            if len(pending) > 2 * opts.threads:  # bounded: never more than a few tensors in flight
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 def _graph(model: Any, ref: Run, opts: CompareOptions,
@@ -255,11 +300,9 @@ def _check_inputs(ref: Run, target: Run, rows: dict[str, TensorRow], th: Thresho
         row = rows.get(rec.name)
         if rec.name in zeros or row is None or row.excess_db is None or row.excess_db < th.jump_db:
             continue
-        q = target.info(rec.name).quant
-        if q is not None and row.metrics.get("max_abs") is not None:
-            scale = float(np.mean(q.scale)) if isinstance(q.scale, list) else float(q.scale)
-            if (row.metrics["max_abs"] or 0.0) <= 1.01 * scale:
-                continue  # the input quantized to the target's grid: expected
+        step = quant_step(target.info(rec.name).quant)
+        if step is not None and (row.metrics.get("max_abs") or 0.0) <= 1.01 * step:
+            continue  # the input quantized to the target's grid: expected
         raise BadInputError(
             f"the target ran on a different input {rec.name!r} (SQNR {row.metrics.get('sqnr_db')} dB against the reference's)",
             hint="re-run the target with the baseline's inputs.npz (--inputs <baseline>/inputs.npz)",

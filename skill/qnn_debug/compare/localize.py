@@ -78,7 +78,6 @@ def find_suspects(ops: list[OpNode], excess: dict[str, float | None], th: Thresh
     """
     producer = {o: op for op in ops for o in op.outputs}
     effective: dict[str, float] = {}
-    unseen_feeders: dict[str, list[OpNode]] = {}
 
     def eff(name: str) -> float:
         if name in effective:
@@ -117,8 +116,7 @@ def find_suspects(ops: list[OpNode], excess: dict[str, float | None], th: Thresh
         for value, name in judged:
             jumps[name] = float(value or 0.0) - in_excess
         if float(out_excess or 0.0) >= th.jump_db and jump >= th.jump_db:
-            unseen_feeders[op.name] = feeders(op)
-            suspects.append(Suspect(op, worst, float(out_excess or 0.0), in_excess, jump, unseen_feeders[op.name]))
+            suspects.append(Suspect(op, worst, float(out_excess or 0.0), in_excess, jump, feeders(op)))
     return suspects, jumps
 
 

@@ -331,8 +331,8 @@ def run_tests(ctx: PatternContext) -> tuple[Trial | None, list[Trial]]:
     for test in TESTS:
         try:
             trials.extend(test(ctx))
-        except (ValueError, IndexError, LocalRunError):
-            continue  # a test that does not apply to this op's shapes
+        except Exception:  # a test that cannot run on this op must not stop the verdict
+            continue
     level = _match_level(ctx)
     nominal = ctx.nominal_sqnr_db if ctx.nominal_sqnr_db is not None else -200.0
     for t in trials:

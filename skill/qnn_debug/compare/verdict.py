@@ -45,6 +45,7 @@ class Findings:
     input_consumers: dict[str, str] = field(default_factory=dict)  # graph input -> first consuming op
     local_unavailable: str | None = None  # why no op could be re-run (no model, ...)
     observer_effect_db: dict[str, float] | None = None
+    has_floor: bool = True  # False: excess was judged against the fixed fp16 level, not a floor run
 
 
 def _r(x: float | None, nd: int = 1) -> float | None:
@@ -84,6 +85,9 @@ def _confirmed(fs: Findings) -> Finding | None:
 
 def decide(fs: Findings, th: Thresholds) -> tuple[Verdict, FirstFailing | None]:
     base: dict[str, Any] = {"end_to_end": _end_to_end(fs)}
+    floor = "the fp16 floor" if fs.has_floor else f"a fixed fp16 level of {th.floor_cap_db:g} dB (no floor run)"
+    if not fs.has_floor:
+        base["floor"] = f"none: tensors judged against {th.floor_cap_db:g} dB SQNR"
     if fs.observer_effect_db:
         base["observer_effect_db"] = fs.observer_effect_db
     worst = _worst(fs)
@@ -105,6 +109,7 @@ def decide(fs: Findings, th: Thresholds) -> tuple[Verdict, FirstFailing | None]:
         return _bug_verdict(fs, hit, base, th)
 
     checked = [f for f in fs.findings if f.local is not None and f.local.ok is not None]
+    unresolved = [f for f in fs.findings if f.local is None or f.local.ok is None]  # could not be re-run
     suspects = [f.suspect for f in fs.findings]
     ev = {**base, "suspects_checked": [
         {**_row_evidence(fs.rows[f.suspect.tensor]), "local_sqnr_db": _r(f.local.sqnr_db if f.local else None),
@@ -112,14 +117,16 @@ def decide(fs: Findings, th: Thresholds) -> tuple[Verdict, FirstFailing | None]:
         for f in fs.findings[:5]]}
     if fs.local_unavailable:
         ev["local_error"] = fs.local_unavailable
-    if fs.local_unavailable and suspects:
-        first = fs.rows[suspects[0].tensor]
-        big = (first.metrics.get("sqnr_db") or 0.0) < 20.0 and suspects[0].jump_db >= 2 * th.jump_db
-        if big:  # no way to re-run the op: a huge jump is still most likely a bug, but say how sure we are
+    if unresolved:
+        s0 = unresolved[0].suspect
+        first = fs.rows[s0.tensor]
+        why = fs.local_unavailable or (unresolved[0].local.note if unresolved[0].local else None) or "no re-run"
+        if (first.metrics.get("sqnr_db") or 0.0) < 20.0 and s0.jump_db >= 2 * th.jump_db:
+            # no way to re-run the op: a huge jump is still most likely a bug, but say how sure we are
             return (Verdict(kind="real_bug", pattern="none", confidence=0.45,
                             summary=f"{_op_words(first)} is the first op whose output departs from the reference "
-                                    f"({_r(suspects[0].jump_db)} dB jump beyond the fp16 floor); it could not be "
-                                    f"re-run to confirm ({fs.local_unavailable}).",
+                                    f"({_r(s0.jump_db)} dB jump beyond {floor}); it could not be "
+                                    f"re-run to confirm ({why}).",
                             evidence={**ev, **_row_evidence(first)}),
                     FirstFailing(tensor=first.name, op=first.op, op_type=first.op_type, position=first.position))
     if fs.quantized:
@@ -131,21 +138,22 @@ def decide(fs: Findings, th: Thresholds) -> tuple[Verdict, FirstFailing | None]:
                       f"{f', worst {max(lsb):.3g} steps' if lsb else ''})")
         else:
             clause = "no op's error jumps beyond what its inputs already carry"
-        worst_txt = (f"the worst tensor {worst.name!r} is {_r(worst.excess_db)} dB below the fp16 floor "
+        worst_txt = (f"the worst tensor {worst.name!r} is {_r(worst.excess_db)} dB below {floor} "
                      f"(SQNR {_r(worst.metrics.get('sqnr_db'))} dB)" if worst else "no tensor could be judged")
         return (Verdict(kind="quantization", pattern="none", confidence=0.85 if checked else 0.7,
                         summary=f"Quantization error, not a bug: {worst_txt}, and {clause}.",
                         evidence={**ev, "checked_ops": len(checked)}), None)
     degraded = worst is not None and (worst.excess_db or 0.0) >= th.excess_ok_db
     if degraded or suspects:
-        where = f"{_r(worst.excess_db)} dB worse than the fp16 floor at {worst.name!r}" if worst else "worse than the floor"
-        why = ("every suspect op reproduces the target on its own inputs" if checked
-               else "no op shows a jump beyond the floor")
-        return (Verdict(kind="precision", pattern="none", confidence=0.75 if checked or not suspects else 0.55,
+        where = f"{_r(worst.excess_db)} dB worse than {floor} at {worst.name!r}" if worst else f"worse than {floor}"
+        why = ("no op shows a jump beyond the floor" if not suspects else
+               "every suspect op reproduces the target on its own inputs" if not unresolved else
+               f"{len(unresolved)} suspect op(s) could not be re-run to tell (see evidence)")
+        return (Verdict(kind="precision", pattern="none", confidence=0.55 if unresolved else 0.75,
                         summary=f"Precision, not a wrong op: the target is {where}, but {why}.", evidence=ev), None)
-    summary = "Healthy: every tensor is at the fp16 floor's error level."
+    summary = f"Healthy: every tensor is at the error level of {floor}."
     if worst is not None and (worst.excess_db or 0.0) >= 0.05:
-        summary = (f"Healthy: every tensor is within {th.excess_ok_db:g} dB of the fp16 floor "
+        summary = (f"Healthy: every tensor is within {th.excess_ok_db:g} dB of {floor} "
                    f"(worst {worst.name!r}, {_r(worst.excess_db)} dB).")
     return Verdict(kind="ok", pattern="none", confidence=0.9 if fs.rows else 0.3, summary=summary, evidence=ev), None
 
