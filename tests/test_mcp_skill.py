@@ -117,8 +117,9 @@ def assert_server_installs_from(folder: Path, tmp: Path) -> None:
     from mcp import Client, StdioServerParameters
 
     wheels = tmp / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(folder)],
-                   check=True, capture_output=True, timeout=300)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(folder)],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
     unpacked = tmp / "site"
     with zipfile.ZipFile(next(wheels.glob("mnn_qnn_debug-*.whl"))) as whl:
         whl.extractall(unpacked)
