@@ -53,3 +53,13 @@ def test_diagnose_bad_model_path_is_exit_2(tmp_path: Path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "does not exist" in json.loads(proc.stdout)["message"]
     assert "Traceback" not in proc.stderr
+
+
+def test_demo_shows_a_healthy_and_an_injected_bug_diagnosis(tmp_path: Path):
+    from qnn_debug.demo import run_demo
+
+    steps = {s.name: s for s in run_demo(tmp_path / "demo").steps}
+    healthy, bug = steps["diagnose healthy run"], steps["diagnose injected bug"]
+    assert healthy.details["verdict"]["kind"] in ("ok", "precision") and healthy.details["first_failing"] is None
+    assert bug.details["right_answer"] is True and bug.details["first_failing"]["op"] == bug.details["injected"]["node"]
+    assert Path(bug.path or "").name == "compare.md" and "right answer" in bug.summary

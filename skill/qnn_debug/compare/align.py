@@ -5,8 +5,9 @@ shape, the channel-last permutation of it (QNN/MNN NHWC dumps: ``[N, C, H, W]`` 
 ``[N, H, W, C]``), or a reshape with the same non-unit dimensions (``[1, 16]`` vs ``[1, 16, 1, 1]``).
 Everything else becomes an :class:`UnalignedRow` with the reason.
 
-Data are streamed: :func:`iter_chunks` yields matching flat float32 chunks of both tensors, read from
-memory-mapped files, so neither run is ever held in memory.
+Data are streamed: :func:`pair_stats` reads both tensor files chunk by chunk into reused buffers
+(``npy_stream``), or walks memory-mapped arrays block by block for NHWC pairs (:func:`iter_chunks`),
+so neither run is ever held in memory.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``compare_runs``: reference (+ fp16 floor) vs target → metrics per tensor, first failing op, verdict.
 
-Pipeline: align by name and layout → stream metrics for target and floor (one tensor at a time,
-memory-mapped) → check the inputs → excess over the floor per tensor → suspects where the excess jumps
+Pipeline: align by name and layout → stream metrics for target and floor (a few tensors at a time,
+chunk by chunk from the files) → check the inputs → excess over the floor per tensor → suspects where the excess jumps
 → re-run each suspect on the target's inputs (local error) until one is wrong → test which wrong
 semantics reproduce it → verdict. ``compare_paths`` adds the file handling around it (baseline dirs,
 MNN dumps, ``.npz`` targets, report files).
@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
+from ..baseline import MNN_DIR
 from ..errors import BadInputError
 from ..onnx_graph import is_floor_helper
 from ..progress import NULL_PROGRESS, Progress
@@ -96,7 +97,7 @@ def _mnn_model_guess(side: ReferenceSide, model: str | Path | None) -> Path | No
     if info is not None and info.format == "mnn" and Path(info.path).exists():
         return Path(info.path)
     if side.baseline_dir is not None:
-        found = sorted((side.baseline_dir / "mnn_cpu").glob("*.mnn"))
+        found = sorted((side.baseline_dir / MNN_DIR).glob("*.mnn"))
         if found:
             return found[0]
     return None

@@ -5,19 +5,15 @@ rest of the comparison never cares where tensors came from.
 
 from __future__ import annotations
 
-import importlib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..baseline import FLOOR_DIR, REFERENCE_DIR
 from ..errors import BadInputError
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import RUN_FILE, Run, RunRecord, RunWriter, load_run
-
-REFERENCE_DIR = "reference"
-FLOOR_DIR = "fp16_floor"
-MNN_CPU_DIR = "mnn_cpu"
 
 
 @dataclass
@@ -84,17 +80,11 @@ def open_target(path: str | Path, *, reference: Run, work_dir: Path, mnn_model: 
 def import_mnn(dump_dir: Path, *, reference: Run, out: Path, mnn_model: Path | None, execution: int | None,
                progress: Progress = NULL_PROGRESS) -> Run:
     """Read an MNN QNN dump directory with the project's MNN dump reader (reference shapes fix layouts)."""
-    try:
-        reader: Any = importlib.import_module("qnn_debug.mnn.dump_reader")
-    except ImportError:
-        raise BadInputError(
-            f"{dump_dir} is an MNN dump directory, but this installation has no MNN dump reader",
-            hint="update qnn-debug, or convert the dump to a run with `qnn-debug dump --target device|host`",
-        ) from None
+    from ..mnn.dump_reader import import_mnn_dump
+
     shapes = {t.name: t.shape for t in reference.tensors}
-    run: Run = reader.import_mnn_dump(dump_dir, mnn_model=mnn_model, execution=execution, out=out, force=True,
-                                      shapes=shapes, progress=progress)
-    return run
+    return import_mnn_dump(dump_dir, mnn_model=mnn_model, execution=execution, out=out, force=True,
+                           shapes=shapes, progress=progress)
 
 
 def import_npz(path: Path, *, reference: Run, out: Path, progress: Progress = NULL_PROGRESS) -> Run:
