@@ -176,11 +176,14 @@ def test_bad_requests_are_refused_before_running(tmp_path: Path) -> None:
         (DumpRequest(model=tmp_path / "m.mnn", out=tmp_path / "f"), "runs ONNX models"),
         (DumpRequest(model=model, out=tmp_path / "g", target="tpu"), "unknown target"),
         (DumpRequest(model=model, out=tmp_path / "h", shapes={"y": [1]}), "does not have: y"),
+        (DumpRequest(model=model, out=tmp_path / "i", options={"capture_dtype": "int8"}), "capture_dtype must be"),
+        (DumpRequest(model=model, out=tmp_path / "j", precision="fp32", soc_model=30,
+                     options={"capture_dtype": "float16"}), "round a fp32 run"),
     ]
     for request, match in cases:
         with pytest.raises(BadInputError, match=match):
             run_dump(request)
-    assert not any((tmp_path / n / "run.json").exists() for n in "abcdefgh")
+    assert not any((tmp_path / n / "run.json").exists() for n in "abcdefghij")
 
 
 def test_existing_output_needs_force(small: tuple[Path, Baseline, Run, DumpResult], tmp_path: Path) -> None:
@@ -204,3 +207,61 @@ def test_disabled_optimizers_are_recorded(small: tuple[Path, Baseline, Run, Dump
     # without Conv+BN folding the QNN graph has more nodes, numerics stay at fp16 level
     assert run.record.extra["qnn_nodes"]["unmarked"] > small[2].record.extra["qnn_nodes"]["unmarked"]
     assert sqnr(run.array("prob"), base.reference.array("prob")) > 40
+
+
+def _within_one_fp16_ulp(test: np.ndarray, ref: np.ndarray) -> bool:
+    ulp = np.spacing(np.abs(ref).astype(np.float16)).astype(np.float64)
+    return bool(np.all(np.abs(test.astype(np.float64) - ref) <= ulp))
+
+
+def test_float16_views_store_nchw_float32_like_the_float32_capture(small: tuple[Path, Baseline, Run, DumpResult],
+                                                                   tmp_path: Path) -> None:
+    """fp16 runs export float16 views (2-3x faster marked run); what is stored means the same as marking the
+    float32 tensors: same names, provenance, NCHW shapes and float32 files, values within one fp16 ulp
+    (the float32 export is the fp16 value plus one float32 ulp), the same observer effect."""
+    model, base, run, _ = small
+    old = load_run(run_dump(DumpRequest(model=model, out=tmp_path / "f32", inputs=base.inputs_path,
+                                        options={"capture_dtype": "float32"})).out)
+    activations = [t for t in run.tensors if t.kind == "activation"]
+    assert run.record.extra["capture"] == {"dtype": "float16", "float16_views": len(activations),
+                                           "refetched_as_float32": []}
+    assert old.record.extra["capture"] == {"dtype": "float32", "float16_views": 0, "refetched_as_float32": []}
+    assert [t.name for t in run.iter_in_order()] == [t.name for t in old.iter_in_order()]
+    for t in run.tensors:
+        o = old.info(t.name)
+        assert (t.op, t.op_type, t.position, t.kind, t.shape, t.dtype) == (o.op, o.op_type, o.position, o.kind, o.shape,
+                                                                           "float32")
+        a, b = np.asarray(run.array(t.name)), np.asarray(old.array(t.name))
+        assert a.shape == tuple(base.reference.info(t.name).shape)  # the model's NCHW layout
+        if t.kind == "activation":
+            assert t.source_dtype == "float16" and t.layout_note and o.source_dtype == "float32"
+            assert np.array_equal(a, a.astype(np.float16).astype(np.float32)), t.name  # really fp16 values
+            assert _within_one_fp16_ulp(a, b), t.name
+        else:
+            assert t.source_dtype == "float32" and np.array_equal(a, b), t.name
+    assert run.record.observer_effect_db == old.record.observer_effect_db
+
+
+def test_views_beyond_the_fp16_range_are_fetched_as_float32(tmp_path: Path) -> None:
+    """The HTP Cast turns values beyond ±65504 into NaN (measured), so such views are re-fetched as float32:
+    the stored tensor is the float32 capture's value, never a NaN the simulator did not compute."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.array(1000, np.float32), "k"),
+             numpy_helper.from_array(np.array(0.001, np.float32), "q")]
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Mul", ["r", "k"], ["big"], name="up"),
+             helper.make_node("Mul", ["big", "q"], ["y"], name="down")]
+    graph = helper.make_graph(nodes, "overflow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 2, 3])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "in.npz", x=np.array([1, 30, 60, 65, 66, 100, 131, 200, 300, 1000, -3, -70],
+                                             np.float32).reshape(1, 2, 2, 3))
+    runs = {dtype: load_run(run_dump(DumpRequest(model=tmp_path / "m.onnx", out=tmp_path / dtype, inputs=tmp_path / "in.npz",
+                                                 options={"capture_dtype": dtype})).out)
+            for dtype in ("float16", "float32")}
+    new, old = runs["float16"], runs["float32"]
+    assert new.record.extra["capture"] == {"dtype": "float16", "float16_views": 1, "refetched_as_float32": ["big"]}
+    assert new.info("r").source_dtype == "float16" and new.info("big").source_dtype == "float32"
+    big = np.asarray(new.array("big"))
+    assert np.isfinite(big).all() and big.max() > 65504 and np.array_equal(big, old.array("big"))
+    assert np.array_equal(new.array("y"), old.array("y"))

@@ -10,7 +10,10 @@ What a run guarantees:
   numbers describe a different graph than the one a user ships);
 - ``--precision quantized`` (QDQ models): the simulator exposes QuantizeLinear outputs, which are
   stored as raw uint8/uint16 plus scale/offset under the *float* tensor's name (``target_name`` is
-  the Q output), so they compare directly with the fp32 reference.
+  the Q output), so they compare directly with the fp32 reference;
+- ``--precision fp16``: tensors are exported as float16 views (2-3x faster; ``source_dtype`` float16,
+  stored as NCHW float32 like every run; views beyond the fp16 range are re-fetched as float32);
+  ``--option capture_dtype=float32`` marks the float32 tensors instead, as fp32 runs always do.
 
 The simulator writes to fd 1 and shares one backend per process: the work happens in
 :mod:`qnn_debug.workers.htp_worker`, one process per run.
@@ -35,26 +38,43 @@ EXTRA_PROVIDER_OPTIONS = {
     "profiling_level", "profiling_file_path", "enable_framework_op_trace", "framework_op_trace_dir",
     "dump_json_qnn_graph", "json_qnn_graph_dir",
 }
+# How marked float tensors leave the simulator (``--option capture_dtype=``); fp16 runs default to float16.
+CAPTURE_DTYPES = ("float16", "float32")
 # ORT graph optimizers that change QNN numerics (measured); switch them off to localise fusion effects.
 KNOWN_OPTIMIZERS = ("ConvBNFusion", "MatMulAddFusion", "ConvAddFusion", "ConvMulFusion", "GemmActivationFusion")
 
 
-def split_options(options: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    """``--option`` pairs → (extra provider options, disabled ORT optimizers); unknown keys are refused."""
+def split_options(options: dict[str, str]) -> tuple[dict[str, str], list[str], str | None]:
+    """``--option`` pairs → (extra provider options, disabled ORT optimizers, capture dtype or None);
+    unknown keys are refused."""
     extra: dict[str, str] = {}
     disabled: list[str] = []
+    capture: str | None = None
     for key, value in options.items():
         if key == "disabled_optimizers":
             disabled = [v.strip() for v in value.split(",") if v.strip()]
+        elif key == "capture_dtype":
+            if value not in CAPTURE_DTYPES:
+                raise BadInputError(f"capture_dtype must be one of {', '.join(CAPTURE_DTYPES)}, not {value!r}",
+                                    hint="float16 (fp16 default, faster) or float32 (marks the float32 tensors)")
+            capture = value
         elif key in EXTRA_PROVIDER_OPTIONS:
             extra[key] = value
         else:
             raise BadInputError(
                 f"htp-sim does not take the option {key!r}",
-                hint="allowed: disabled_optimizers=" + ",".join(KNOWN_OPTIMIZERS[:2]) + ", "
+                hint="allowed: disabled_optimizers=" + ",".join(KNOWN_OPTIMIZERS[:2]) + ", capture_dtype=float32, "
                 + ", ".join(sorted(EXTRA_PROVIDER_OPTIONS)),
             )
-    return extra, disabled
+    return extra, disabled, capture
+
+
+def capture_dtype(precision: str, requested: str | None) -> str:
+    """How marked float tensors are exported: float16 views for fp16 runs unless ``requested`` says otherwise."""
+    if requested == "float16" and precision != "fp16":
+        raise BadInputError(f"capture_dtype=float16 would round a {precision} run's tensors to fp16",
+                            hint="float16 views are for --precision fp16 only")
+    return requested or ("float16" if precision == "fp16" else "float32")
 
 
 def run(request: DumpRequest, progress: Progress) -> Run:
@@ -70,7 +90,8 @@ def run(request: DumpRequest, progress: Progress) -> Run:
                             hint="dump .mnn models with --target host or --target device")
     soc, arch = request.soc_model, request.htp_arch
     _check_precision(request.precision, soc)
-    extra, disabled = split_options(request.options)
+    extra, disabled, requested_capture = split_options(request.options)
+    capture = capture_dtype(request.precision, requested_capture)
     options = qnn_ep.provider_options(soc, arch, extra)
     with progress.stage("htp-sim: prepare", total=None, message="htp-sim: loading the model and inputs"):
         model = ensure_node_names(load_onnx(model_path))
@@ -92,7 +113,7 @@ def run(request: DumpRequest, progress: Progress) -> Run:
         versions=library_versions(), outputs=[o.name for o in model.graph.output], warnings=list(prepared.warnings),
     )
     worker_request = {"force": True, "record": record.model_dump(mode="json"), "options": options,
-                      "precision": request.precision, "disabled_optimizers": disabled}
+                      "precision": request.precision, "disabled_optimizers": disabled, "capture_dtype": capture}
     return run_capture_worker(WORKER, worker_request, out, prepared.arrays, log_name="htp_worker.log",
                               what="HTP simulator run", timeout=request.timeout, progress=progress,
                               files={"model": serialize(fixed)})
