@@ -16,8 +16,18 @@ from .calls import client_roots
 
 PathArg = Annotated[str, Field(min_length=1, max_length=4096,
                                description="Path inside the workspace (relative paths start at the first root).")]
-OptionalPath = Annotated[str | None, Field(default=None, max_length=4096,
-                                           description="Path inside the workspace; omit for the default.")]
+OutPath = Annotated[str | None, Field(default=None, max_length=4096,
+                                      description="Output directory inside the workspace (new or empty); omit for a "
+                                      "fresh one under qnn-debug-runs/.")]
+InputsPath = Annotated[str | None, Field(default=None, max_length=4096,
+                                         description="Inputs inside the workspace: an .npz keyed by input name (e.g. a "
+                                         "baseline's inputs.npz, so every run sees the same data); omit for seeded "
+                                         "random data.")]
+InputsOrTestDir = Annotated[str | None, Field(default=None, max_length=4096,
+                                              description="Inputs inside the workspace: an .npz keyed by input name "
+                                              "(e.g. a baseline's inputs.npz, so every run sees the same data) or an "
+                                              "MNN test dir (input.json + <input>.txt, e.g. the one a phone run used); "
+                                              "omit for seeded random data.")]
 JobId = Annotated[str, Field(min_length=1, max_length=64, description="Job id returned by a long tool.")]
 Background = Annotated[bool | None, Field(
     default=None,

@@ -24,7 +24,7 @@ from qnn_debug.errors import QnnDebugError
 from qnn_debug.progress import ProgressEvent
 
 from .engine import ProgressCallback
-from .errors import tool_error
+from .errors import compact_details, tool_error
 from .models import ErrorInfo, JobInfo, JobState, ProgressLine
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,17 @@ class Job:
     done: anyio.Event = field(default_factory=anyio.Event)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     listeners: list[ProgressCallback] = field(default_factory=list)
+    summarize: Callable[[dict[str, Any]], str] | None = None
+    """The tool's one-line summary of its result (e.g. compare's verdict), for job_result's text."""
+
+    def summary(self) -> str | None:
+        if self.state != "succeeded" or self.result is None or self.summarize is None:
+            return None
+        try:
+            return self.summarize(self.result)
+        except Exception:  # a summary is a convenience; never let it hide the result
+            log.exception("summary of job %s failed", self.id)
+            return None
 
     @property
     def is_finished(self) -> bool:
@@ -77,9 +88,23 @@ class Job:
         return JobInfo(
             job_id=self.id, tool=self.tool, title=self.title, state=self.state, created_at=self.created_at,
             elapsed_s=round(self.elapsed(), 2), progress_events=self.progress_count,
-            recent_progress=list(self.progress)[-recent:] if recent > 0 else [], error=self.error,
+            recent_progress=latest_per_stage(self.progress, recent), error=self.error,
             next_step=next_step(self),
         )
+
+
+def latest_per_stage(progress: deque[ProgressLine], recent: int) -> list[ProgressLine]:
+    """The newest event of each of the ``recent`` most recent stages, oldest first: a compare emits one
+    event per tensor, and ten ticks of one stage tell a model less than where each step got to."""
+    out: list[ProgressLine] = []
+    seen: set[str] = set()
+    for line in reversed(progress):
+        if len(out) >= recent:
+            break
+        if line.stage not in seen:
+            seen.add(line.stage)
+            out.append(line)
+    return out[::-1]
 
 
 def next_step(job: Job) -> str:
@@ -100,8 +125,8 @@ class JobManager:
         self._limiter = anyio.CapacityLimiter(max_running)
         self._jobs: OrderedDict[str, Job] = OrderedDict()
 
-    def submit(self, tool: str, title: str, work: Work) -> Job:
-        job = Job(id=uuid.uuid4().hex[:12], tool=tool, title=title)
+    def submit(self, tool: str, title: str, work: Work, summarize: Callable[[dict[str, Any]], str] | None = None) -> Job:
+        job = Job(id=uuid.uuid4().hex[:12], tool=tool, title=title, summarize=summarize)
         self._jobs[job.id] = job
         self._evict()
         self._tg.start_soon(self._run, job, work, name=f"job {job.id} {tool}")
@@ -149,7 +174,7 @@ class JobManager:
             job.state = "succeeded"
         except QnnDebugError as e:
             job.state = "failed"
-            job.error = ErrorInfo(kind=e.kind, message=e.message, hint=e.hint)
+            job.error = ErrorInfo(kind=e.kind, message=e.message, hint=e.hint, details=compact_details(e.details) or None)
         except Exception as e:  # a bug: keep the details in the server log, tell the model plainly
             log.exception("job %s (%s) crashed", job.id, job.tool)
             job.state = "failed"

@@ -22,7 +22,7 @@ from qnn_debug.errors import QnnDebugError
 
 from .calls import app_state, relay, respond
 from .engine import ProgressCallback, run_engine
-from .errors import from_engine, tool_error
+from .errors import details_text, from_engine, tool_error
 from .jobs import Job
 from .models import JobState, LongToolAnswer
 
@@ -79,7 +79,7 @@ async def run_long(
             raise from_engine(e) from None
         return _finished(ctx, tool, title, None, result, summarize)
 
-    job = state.jobs.submit(tool, title, work)
+    job = state.jobs.submit(tool, title, work, summarize=summarize)
     if background is True:
         return _pending(job)
     try:
@@ -97,7 +97,8 @@ def outcome_or_error(ctx: Context, job: Job, summarize: Summarize) -> CallToolRe
     if job.state == "succeeded" and job.result is not None:
         return _finished(ctx, job.tool, job.title, job.id, job.result, summarize)
     if job.error is not None:
-        raise tool_error(f"{job.tool} failed (job {job.id}): {job.error.message}",
+        raise tool_error(f"{job.tool} failed (job {job.id}): {job.error.message.rstrip('.')}"
+                         f"{details_text(job.error.details)}",
                          job.error.hint or "fix the input and start the tool again")
     raise tool_error(f"{job.tool} job {job.id} was cancelled", "start the tool again if the result is still needed")
 

@@ -19,6 +19,7 @@ class ErrorInfo(BaseModel):
     kind: str = Field(description="bad_input, target_failure, device_failure, unsupported_nodes, timeout, internal")
     message: str
     hint: str | None = None
+    details: dict[str, Any] | None = Field(None, description="e.g. QNN's own `reasons` and the rejected `nodes`")
 
 
 class ProgressLine(BaseModel):
@@ -42,7 +43,7 @@ class JobInfo(BaseModel):
     created_at: str
     elapsed_s: float
     progress_events: int = Field(description="how many progress events the job has emitted so far")
-    recent_progress: list[ProgressLine] = Field(description="the latest progress events, oldest first")
+    recent_progress: list[ProgressLine] = Field(description="the latest event of each recent stage, oldest first")
     error: ErrorInfo | None = None
     next_step: str
 

@@ -1,4 +1,4 @@
-"""Model inputs: load them from an ``.npz``, or make seeded, realistic data of the declared shapes.
+"""Model inputs: load them from an ``.npz`` (or an MNN test dir), or make seeded, realistic data of the declared shapes.
 
 Every run of a comparison must see the *same* bytes, so whatever we use is saved next to the baseline
 (``inputs.npz``) and hashed into each run's ``run.json``. Bad input files are the most common user
@@ -181,7 +181,8 @@ def _blocky(rng: np.random.Generator, shape: list[int]) -> np.ndarray:
 
 def load_npz(path: str | os.PathLike[str], specs: list[TensorSpec], shapes: dict[str, list[int]] | None = None,
              ) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Read an ``.npz`` keyed by input name and check it against the model; returns (arrays, warnings).
+    """Read an ``.npz`` keyed by input name (or an MNN test dir's ``<input>.txt`` files) and check it against
+    the model; returns (arrays, warnings).
 
     Float data of another float width (e.g. float64 for a float32 input) is converted with a warning;
     any other dtype mismatch is an error, as are missing or unknown names and wrong shapes.
@@ -192,19 +193,12 @@ def load_npz(path: str | os.PathLike[str], specs: list[TensorSpec], shapes: dict
     if not p.exists():
         raise BadInputError(f"input file {p} does not exist", hint="pass an .npz written by numpy.savez (keys = input names)")
     if p.is_dir():
-        raise BadInputError(f"input path {p} is a directory", hint="pass the .npz file itself")
-    try:
-        loaded = np.load(p, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise BadInputError(f"{p} is a single .npy array, not an .npz archive",
-                                hint="save with numpy.savez(path, **{input_name: array})")
-        with loaded as npz:
-            data = {k: npz[k] for k in npz.files}
-    except BadInputError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise BadInputError(f"{p} is not a readable .npz file: {e}",
-                            hint="save with numpy.savez(path, **{input_name: array}); object arrays are not accepted") from None
+        if not is_testdir(p):
+            raise BadInputError(f"input path {p} is a directory",
+                                hint="pass the .npz file itself, or an MNN test dir (input.json + <input name>.txt)")
+        data = _read_testdir(p, specs)
+    else:
+        data = _read_npz(p)
     want = {s.name for s in specs}
     missing = [s.name for s in specs if s.name not in data]
     extra = sorted(set(data) - want)
@@ -243,6 +237,57 @@ def load_npz(path: str | os.PathLike[str], specs: list[TensorSpec], shapes: dict
     return out, warnings
 
 
+def is_testdir(path: str | os.PathLike[str]) -> bool:
+    """True for an MNN test dir (``input.json`` + ``<input>.txt``), which ``--inputs`` also accepts."""
+    p = Path(path)
+    return p.is_dir() and (p / "input.json").is_file()
+
+
+def _read_npz(p: Path) -> dict[str, np.ndarray]:
+    import numpy as np
+
+    try:
+        loaded = np.load(p, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise BadInputError(f"{p} is a single .npy array, not an .npz archive",
+                                hint="save with numpy.savez(path, **{input_name: array})")
+        with loaded as npz:
+            return {k: npz[k] for k in npz.files}
+    except BadInputError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise BadInputError(f"{p} is not a readable .npz file: {e}",
+                            hint="save with numpy.savez(path, **{input_name: array}); object arrays are not accepted") from None
+
+
+def _read_testdir(p: Path, specs: list[TensorSpec]) -> dict[str, np.ndarray]:
+    """The inputs of an MNN test dir as the model expects them: the same ``<input>.txt`` values ModuleBasic
+    feeds (read as numbers, so a device dump and the baseline see the same data), reshaped to the model's
+    static shape when ``input.json`` gives none, and cast to integer types when the values are integral."""
+    import numpy as np
+
+    from .mnn.testdir import load_inputs
+
+    data = load_inputs(p)
+    by_name = {s.name: s for s in specs}
+    for name, arr in list(data.items()):
+        spec = by_name.get(name)
+        if spec is None:
+            continue
+        static = [d for d in spec.shape if isinstance(d, int)]
+        if arr.ndim == 1 and len(spec.shape) != 1 and len(static) == len(spec.shape) and int(np.prod(static)) == arr.size:
+            arr = arr.reshape(static)
+        if not spec.dtype.startswith("onnx:"):
+            want = np.dtype(spec.dtype)
+            if want.kind in "iub" and arr.dtype.kind == "f":
+                if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+                    raise BadInputError(f"{p}/{name}.txt holds non-integer values for the {spec.dtype} input {name!r}",
+                                        hint="regenerate the test dir with the model's integer inputs")
+                arr = arr.astype(want)
+        data[name] = arr
+    return data
+
+
 def prepare_inputs(specs: list[TensorSpec], *, inputs: str | os.PathLike[str] | None = None,
                    shapes: dict[str, list[int]] | None = None, seed: int = 0) -> PreparedInputs:
     """The one entry point targets use: load ``inputs`` or make seeded data, with shapes resolved."""
@@ -250,7 +295,7 @@ def prepare_inputs(specs: list[TensorSpec], *, inputs: str | os.PathLike[str] | 
         raise BadInputError("the model has no inputs", hint="qnn-debug needs a model that takes at least one input")
     if inputs is not None:
         arrays, warnings = load_npz(inputs, specs, shapes)
-        source = f"npz:{Path(inputs).name}"
+        source = f"{'testdir' if is_testdir(inputs) else 'npz'}:{Path(inputs).name}"
     else:
         resolved = resolve_shapes(specs, shapes)
         arrays, warnings = random_inputs(specs, resolved, seed), []

@@ -13,7 +13,7 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from ..args import Background, ClientRoots, OptionalPath, PathArg
+from ..args import Background, ClientRoots, InputsOrTestDir, InputsPath, OutPath, PathArg
 from ..calls import app_state, new_output, tool, workspace
 from ..errors import tool_error
 from ..long_runs import run_long
@@ -30,6 +30,15 @@ Shapes = Annotated[
 Seed = Annotated[int, Field(ge=0, le=2**31 - 1, description="Seed of the generated inputs (ignored with `inputs`).")]
 Soc = Annotated[int, Field(ge=1, le=1000, description="QNN soc_model, e.g. 69 = Snapdragon 8 Elite, 57 = 8 Gen 3, "
                                                         "43 = 8 Gen 2; decides the HTP's numerics.")]
+OnnxModelPath = Annotated[str | None, Field(default=None, max_length=4096,
+                                            description="The reference's .onnx model, used to re-run suspect ops on "
+                                            "CPU; omit to use the one recorded in the baseline.")]
+MnnModelPath = Annotated[str | None, Field(default=None, max_length=4096,
+                                           description="The source .mnn of an MNN QNN dump (maps t<N> names to model "
+                                           "tensors and restores layouts); omit to use the baseline's.")]
+ReportDir = Annotated[str | None, Field(default=None, max_length=4096,
+                                        description="Directory for compare.md, compare.json and the plot; omit for a "
+                                        "fresh one under qnn-debug-runs/compare/.")]
 Arch = Annotated[int | None, Field(default=None, ge=60, le=99, description="HTP arch without the 'v' (e.g. 75); "
                                                                             "omit for the SoC's own.")]
 
@@ -80,9 +89,8 @@ def register_runs(server: MCPServer) -> None:
         model: PathArg,
         ctx: Context,
         roots: ClientRoots,
-        out: OptionalPath = None,
-        inputs: Annotated[str | None, Field(default=None, max_length=4096,
-                                            description=".npz of inputs keyed by input name; omit for seeded random data")] = None,
+        out: OutPath = None,
+        inputs: InputsOrTestDir = None,
         shapes: Shapes = None,
         seed: Seed = 0,
         mnn_gate: Annotated[bool, Field(description="Cross-check ONNX Runtime against MNN CPU (the trust gate)")] = True,
@@ -99,7 +107,7 @@ def register_runs(server: MCPServer) -> None:
         cmd = ["baseline", str(model_path), "--out", str(new_output(ctx, ws, out, group=model_path.stem, leaf="baseline")),
                "--seed", str(seed), "--mnn-gate" if mnn_gate else "--no-mnn-gate", *shape_args(shapes)]
         if inputs:
-            cmd += ["--inputs", str(ws.resolve(inputs, what="inputs", kind="file"))]
+            cmd += ["--inputs", str(ws.resolve(inputs, what="inputs", kind="any"))]
         return await run_long(ctx, tool="baseline", title=f"baseline of {model_path.name}", command=cmd,
                               background=background, auto_background=True, summarize=summarize_baseline)
 
@@ -111,9 +119,8 @@ def register_runs(server: MCPServer) -> None:
         target: Annotated[Target, Field(description="htp-sim: Qualcomm's HTP simulator on this machine (no phone "
                                         "needed); device: MNN's QNN backend on an Android phone over adb; host: a "
                                         "local MNN build")] = "htp-sim",
-        out: OptionalPath = None,
-        inputs: Annotated[str | None, Field(default=None, max_length=4096,
-                                            description="The baseline's inputs.npz, so both runs see the same data")] = None,
+        out: OutPath = None,
+        inputs: InputsOrTestDir = None,
         precision: Annotated[Literal["fp16", "quantized"], Field(description="fp16, or quantized for QDQ models")] = "fp16",
         soc: Soc = 69,
         arch: Arch = None,
@@ -135,7 +142,7 @@ def register_runs(server: MCPServer) -> None:
         if arch is not None:
             cmd += ["--arch", str(arch)]
         if inputs:
-            cmd += ["--inputs", str(ws.resolve(inputs, what="inputs", kind="file"))]
+            cmd += ["--inputs", str(ws.resolve(inputs, what="inputs", kind="any"))]
         cmd += option_args(options, ws, serial=serial, adb=app_state(ctx).config.adb, target=target)
         return await run_long(ctx, tool="dump_qnn", title=f"{target} dump of {model_path.name}", command=cmd,
                               background=background, auto_background=True, summarize=summarize_dump)
@@ -176,11 +183,11 @@ def register_compare(server: MCPServer) -> None:
         target: PathArg,
         ctx: Context,
         roots: ClientRoots,
-        model: OptionalPath = None,
-        mnn_model: OptionalPath = None,
+        model: OnnxModelPath = None,
+        mnn_model: MnnModelPath = None,
         execution: Annotated[int | None, Field(default=None, ge=0, description="which execution of an MNN dump "
                                                "(default: the newest)")] = None,
-        report_dir: OptionalPath = None,
+        report_dir: ReportDir = None,
         local_checks: Annotated[bool, Field(description="re-run suspect ops on CPU with the target's own inputs "
                                             "(slower, tells a wrong op from inherited error)")] = True,
         top: Annotated[int, Field(ge=1, le=200, description="how many tensor rows to return")] = 15,
@@ -214,8 +221,8 @@ def register_compare(server: MCPServer) -> None:
         ctx: Context,
         roots: ClientRoots,
         target: Annotated[Target, Field(description="htp-sim (no phone needed), device or host")] = "htp-sim",
-        out: OptionalPath = None,
-        inputs: OptionalPath = None,
+        out: OutPath = None,
+        inputs: InputsPath = None,
         precision: Annotated[Literal["fp16", "quantized"], Field(description="fp16, or quantized for QDQ models")] = "fp16",
         soc: Soc = 69,
         arch: Arch = None,

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from qnn_debug.device.probe import ProbeResult
 
-from ..args import Background, ClientRoots, OptionalPath, PathArg
+from ..args import Background, ClientRoots, InputsPath, OutPath, PathArg
 from ..calls import app_state, new_output, quick, respond, tool, workspace
 from ..long_runs import run_long
 from ..models import LongToolAnswer
@@ -27,7 +27,21 @@ from .analysis import Seed, Shapes, shape_args
 READS_DEVICE = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=True)
 RUNS_ON_DEVICE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                  open_world_hint=True)
-TextArg = Annotated[str | None, Field(default=None, max_length=1024)]
+QnnSdkArg = Annotated[str | None, Field(default=None, max_length=1024,
+                                        description="Host path of the QNN/QAIRT SDK root, to fill in the adb push "
+                                        "commands for missing QNN libraries")]
+MnnBuildArg = Annotated[str | None, Field(default=None, max_length=1024,
+                                          description="Host path of your Android MNN build dir (ModuleBasic.out, "
+                                          "libMNN.so), to fill in the adb push commands")]
+NdkArg = Annotated[str | None, Field(default=None, max_length=1024,
+                                     description="Host path of the Android NDK, to fill in the adb push for "
+                                     "libc++_shared.so")]
+TestDirArg = Annotated[str | None, Field(default=None, max_length=4096,
+                                         description="An MNN test dir inside the workspace (input.json + <tensor>.txt "
+                                         "inputs and references) to run")]
+BaselineArg = Annotated[str | None, Field(default=None, max_length=4096,
+                                          description="A baseline directory inside the workspace whose inputs and fp32 "
+                                          "reference outputs to use")]
 
 
 class Device(BaseModel):
@@ -72,9 +86,9 @@ def register(server: MCPServer) -> None:
         mnn_dir: DevicePath = None,
         mode: Annotated[Literal["offline", "online"], Field(description="offline: MNN2QNNModel models; online: "
                                                             "graphs built on the phone")] = "offline",
-        qnn_sdk: TextArg = None,
-        mnn_build: TextArg = None,
-        ndk: TextArg = None,
+        qnn_sdk: QnnSdkArg = None,
+        mnn_build: MnnBuildArg = None,
+        ndk: NdkArg = None,
     ) -> Annotated[CallToolResult, DeviceProbe]:
         """Ask a phone for its SoC (soc_id) and HTP arch, and check that every file MNN's QNN backend
         needs is in `mnn_dir` (ModuleBasic.out, libMNN.so, libQnnHtp.so, libQnnHtpV<arch>Stub/Skel,
@@ -100,13 +114,13 @@ def register(server: MCPServer) -> None:
         forward: Annotated[Literal["qnn", "cpu", "opencl"], Field(description="MNN forward type: qnn (5), cpu (0), "
                                                                   "opencl (3)")] = "qnn",
         precision: Annotated[Literal["low", "high", "normal"], Field(description="low = fp16 on QNN, high = fp32")] = "low",
-        testdir: OptionalPath = None,
-        baseline: OptionalPath = None,
-        inputs: OptionalPath = None,
+        testdir: TestDirArg = None,
+        baseline: BaselineArg = None,
+        inputs: InputsPath = None,
         shapes: Shapes = None,
         seed: Seed = 0,
         serial: Serial = None,
-        out: OptionalPath = None,
+        out: OutPath = None,
         options: Annotated[TargetOptions | None, Field(default=None, description="device/host settings")] = None,
         background: Background = None,
     ) -> Annotated[CallToolResult, LongToolAnswer]:

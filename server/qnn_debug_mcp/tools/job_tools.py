@@ -50,7 +50,8 @@ def register(server: MCPServer) -> None:
         report = publish_report(ctx, job.result, job.title) if job.result else None
         outcome = JobOutcome(job_id=job.id, tool=job.tool, state=job.state, result=job.result, error=job.error,
                              report_uri=report, next_step=job.info().next_step)
-        detail = f": {job.error.message}" if job.error else ""
+        summary = job.summary()
+        detail = f": {job.error.message}" if job.error else (f": {summary}" if summary else "")
         return respond(outcome, f"job {job.id} ({job.tool}) {job.state}{detail}")
 
     @tool(server, title="Cancel a background job", annotations=CANCELS)

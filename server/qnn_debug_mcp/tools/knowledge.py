@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from qnn_debug.ops.models import OpConstraints
 from qnn_debug.triage.models import TriageResult
 
-from ..args import ClientRoots, OptionalPath, PathArg
+from ..args import ClientRoots, PathArg
 from ..calls import app_state, engine, quick, respond, tool, workspace
 from ..errors import tool_error
 from ..playbooks import playbook_uri
@@ -38,6 +38,10 @@ class ShapeMutableChange(BaseModel):
     backup: str | None = Field(None, description="copy of the previous input.json, when it changed")
 
 
+LogPath = Annotated[str | None, Field(default=None, max_length=4096,
+                                      description="A log file inside the workspace (any size); give this or log_text.")]
+
+
 class TriageAnswer(TriageResult):
     """The engine's triage result plus the MCP resource of the playbook it names."""
 
@@ -51,7 +55,7 @@ def register(server: MCPServer) -> None:
         roots: ClientRoots,
         log_text: Annotated[str | None, Field(default=None, max_length=MAX_LOG_CHARS,
                                               description="The log itself (stdout+stderr of the failing run)")] = None,
-        log_path: OptionalPath = None,
+        log_path: LogPath = None,
     ) -> Annotated[CallToolResult, TriageAnswer]:
         """First call when something failed. Give the failing run's output (MNN stdout, QNN/ORT
         log, logcat, crash backtrace) as `log_text`, or a log file inside the workspace as

@@ -12,6 +12,10 @@ from .common import FORCE_OPTION, JSON_OPTION, cli_progress, emit, fail
 
 SHAPE_OPTION = typer.Option(None, "--shape", help="Fix an input's shape: NAME=1x3x224x224 (repeatable).")
 INPUTS_OPTION = typer.Option(None, "--inputs", help=".npz keyed by input name; default: seeded realistic random data.")
+INPUTS_OR_TESTDIR_OPTION = typer.Option(
+    None, "--inputs",
+    help=".npz keyed by input name, or an MNN test dir (input.json + <input>.txt, e.g. the one a device run used); "
+    "default: seeded realistic random data.")
 SEED_OPTION = typer.Option(0, "--seed", help="Seed of the random inputs (ignored with --inputs).")
 
 
@@ -24,7 +28,7 @@ def default_out(model: Path, leaf: str) -> Path:
 def baseline(
     model: Path = typer.Argument(..., help="The .onnx (or .mnn) model."),
     out: Path = typer.Option(None, "--out", help="Baseline directory (default: qnn-debug-runs/MODEL/baseline)."),
-    inputs: Path = INPUTS_OPTION,
+    inputs: Path = INPUTS_OR_TESTDIR_OPTION,
     shape: list[str] = SHAPE_OPTION,
     seed: int = SEED_OPTION,
     mnn_gate: bool = typer.Option(True, "--mnn-gate/--no-mnn-gate", help="Cross-check ONNX Runtime with MNN CPU."),

@@ -8,7 +8,7 @@ import typer
 
 from ..errors import BadInputError, QnnDebugError
 from .app import app
-from .baseline_cmd import INPUTS_OPTION, SEED_OPTION, SHAPE_OPTION, default_out
+from .baseline_cmd import INPUTS_OR_TESTDIR_OPTION, SEED_OPTION, SHAPE_OPTION, default_out
 from .common import FORCE_OPTION, JSON_OPTION, cli_progress, emit, fail
 
 # Shared with other commands that run a QNN target (diagnose, ...).
@@ -38,7 +38,7 @@ def dump(
     soc: int = SOC_OPTION,
     arch: int = ARCH_OPTION,
     precision: str = PRECISION_OPTION,
-    inputs: Path = INPUTS_OPTION,
+    inputs: Path = INPUTS_OR_TESTDIR_OPTION,
     shape: list[str] = SHAPE_OPTION,
     seed: int = SEED_OPTION,
     option: list[str] = TARGET_OPTIONS_OPTION,

@@ -8,7 +8,7 @@ import typer
 
 from ..errors import BadInputError, QnnDebugError
 from .app import app
-from .baseline_cmd import INPUTS_OPTION, SEED_OPTION, SHAPE_OPTION, default_out
+from .baseline_cmd import INPUTS_OR_TESTDIR_OPTION, SEED_OPTION, SHAPE_OPTION, default_out
 from .common import FORCE_OPTION, JSON_OPTION, cli_progress, emit, fail
 from .dump_cmd import parse_options
 
@@ -88,9 +88,9 @@ def run(
     precision: str = typer.Option("low", "--precision", help="low (fp16 on QNN), high (fp32) or normal."),
     testdir: Path = typer.Option(None, "--testdir", help="Run this MNN test dir (input.json + txt files)."),
     baseline: Path = typer.Option(None, "--baseline", help="Use this baseline's inputs and fp32 reference outputs."),
-    out: Path = typer.Option(None, "--out", help="Run directory [default: qnn-debug-runs/<model>/<target>-run]."),
+    out: Path = typer.Option(None, "--out", help="Run directory (default: qnn-debug-runs/MODEL/TARGET-run)."),
     serial: str = SERIAL_OPTION,
-    inputs: Path = INPUTS_OPTION,
+    inputs: Path = INPUTS_OR_TESTDIR_OPTION,
     shape: list[str] = SHAPE_OPTION,
     seed: int = SEED_OPTION,
     option: list[str] = typer.Option(None, "--option", help="Target setting key=value (repeatable): mnn_build_dir, qnn_lib_dir, adb, mnn_dir, ..."),
@@ -140,7 +140,7 @@ def testdir(
     out: Path = typer.Argument(..., help="Test directory to write."),
     baseline: Path = typer.Option(None, "--baseline", help="Baseline dir: its exact inputs and fp32 reference outputs."),
     model: Path = typer.Option(None, "--model", help="Without a baseline: the .mnn whose inputs to write (no references)."),
-    inputs: Path = INPUTS_OPTION,
+    inputs: Path = INPUTS_OR_TESTDIR_OPTION,
     shape: list[str] = SHAPE_OPTION,
     seed: int = SEED_OPTION,
     shape_mutable: str = typer.Option("false", "--shape-mutable", help="true, false (needed by QNN online) or absent."),

@@ -11,7 +11,7 @@ What a run guarantees:
 - ``--precision quantized`` (QDQ models): the simulator exposes QuantizeLinear outputs, which are
   stored as raw uint8/uint16 plus scale/offset under the *float* tensor's name (``target_name`` is
   the Q output), so they compare directly with the fp32 reference;
-- ``--precision fp16``: tensors are exported as float16 views (2-3x faster; ``source_dtype`` float16,
+- ``--precision fp16``: tensors are exported as float16 views (marked run 1.6-2.1x faster; ``source_dtype`` float16,
   stored as NCHW float32 like every run; views beyond the fp16 range are re-fetched as float32);
   ``--option capture_dtype=float32`` marks the float32 tensors instead, as fp32 runs always do.
 

@@ -8,8 +8,8 @@ on PP-OCR rec: 30.8 dB unmarked vs 40.2 dB marked), so the final outputs of both
 difference is recorded as the observer effect.
 
 fp16 runs mark float16 views of the float32 tensors (``capture_dtype`` ``float16``, the default; see
-:func:`qnn_debug.targets.onnx_capture.half_views`): 2-3x faster marked runs, same observer effect,
-values are the float32 exports rounded to fp16. Views the Cast may have overflowed (NaN/Inf or ±65504)
+:func:`qnn_debug.targets.onnx_capture.half_views`): 1.6-2.1x faster marked runs, same observer
+effect, values are the float32 exports rounded to fp16. Views the Cast may have overflowed (NaN/Inf or ±65504)
 are fetched again as float32 by a third session of the same graph with those tensors marked too.
 ``capture_dtype`` ``float32`` marks the float32 tensors themselves (always so for fp32 numerics).
 

@@ -1,0 +1,79 @@
+"""Acceptance findings on the MCP face, through a real ``mcp.Client`` and the real engine:
+
+- every optional path argument says what it is for (not just "omit for the default");
+- an unsupported-op failure carries QNN's own reasons in the error text (the engine's hint points at
+  ``details.reasons``, which a model never saw);
+- ``job_result`` answers with the tool's summary (the verdict), not only "succeeded";
+- ``job_status`` shows where each stage got to instead of ten ticks of one stage;
+- ``baseline`` takes an MNN test dir as its inputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from qnn_debug.examples import single_op_model
+from qnn_debug.mnn.testdir import write_testdir
+from test_mcp_support import connect, error_text, ok, write_small_cnn
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_optional_path_arguments_say_what_they_are_for(tmp_path: Path) -> None:
+    async with connect(tmp_path, "auto") as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    for name, tool in tools.items():
+        for arg, schema in tool.input_schema.get("properties", {}).items():
+            description = schema.get("description") or ""
+            assert description.strip(), (name, arg)
+            assert "omit for the default" not in description, (name, arg, description)
+    assert "log file" in tools["triage_log"].input_schema["properties"]["log_path"]["description"]
+    assert ".mnn" in tools["compare"].input_schema["properties"]["mnn_model"]["description"]
+
+
+async def test_unsupported_op_error_quotes_qnn_reasons(tmp_path: Path) -> None:
+    onnx.save(single_op_model("Erf", [1, 8], name="erf_node"), str(tmp_path / "erf.onnx"))
+    async with connect(tmp_path, "auto") as client:
+        inline = error_text(await client.call_tool("dump_qnn", {"model": "erf.onnx", "background": False}))
+        in_job = error_text(await client.call_tool("dump_qnn", {"model": "erf.onnx"}))
+    for text in (inline, in_job):
+        assert "CPU fallback is forbidden" in text
+        assert "QNN's own words" in text and "Operators of type" in text and "Erf" in text
+
+
+async def test_job_result_and_status_are_informative(tmp_path: Path) -> None:
+    write_small_cnn(tmp_path)
+    async with connect(tmp_path, "auto") as client:
+        started = ok(await client.call_tool("diagnose", {"model": "small_cnn.onnx", "mnn_gate": False,
+                                                         "background": True}))
+        job_id = started["job_id"]
+        result = await client.call_tool("job_result", {"job_id": job_id, "wait_s": 100})
+        status = ok(await client.call_tool("job_status", {"job_id": job_id}))
+    assert ok(result)["state"] == "succeeded"
+    first_text = getattr(result.content[0], "text", "")
+    assert "succeeded: verdict ok" in first_text, first_text
+    stages = [p["stage"] for p in status["recent_progress"]]
+    assert stages and len(stages) == len(set(stages)), stages  # one line per stage, the latest of each
+    assert status["progress_events"] > len(stages)
+
+
+async def test_baseline_takes_a_test_dir_as_inputs(tmp_path: Path) -> None:
+    model = write_small_cnn(tmp_path)
+    spec = onnx.load(str(model)).graph.input[0]
+    shape = [d.dim_value for d in spec.type.tensor_type.shape.dim]
+    x = np.random.default_rng(1).random(shape).astype(np.float32)
+    write_testdir(tmp_path / "td", {spec.name: x}, [], shape_mutable=False)
+    async with connect(tmp_path, "auto") as client:
+        base = ok(await client.call_tool("baseline", {"model": model.name, "inputs": "td", "mnn_gate": False,
+                                                      "background": False}))
+    assert base["result"]["report"]["inputs"]["source"] == "testdir:td"
+    np.testing.assert_allclose(np.load(Path(base["result"]["inputs_path"]))[spec.name], x, rtol=1e-6)
