@@ -31,3 +31,12 @@ def test_run_help_shows_the_default_run_directory() -> None:
     proc = run("run", "--help")
     assert proc.returncode == 0
     assert "qnn-debug-runs" in proc.stdout and "Run directory ." not in proc.stdout
+
+
+def test_probe_with_too_few_shapes_says_which_inputs_are_missing() -> None:
+    # Conv needs X and W; one --shape used to end in an ONNX builder error ("Field 'shape' of 'type' is
+    # required but missing") reported as a rejection.
+    proc = run("op", "Conv", "--probe", "--shape", "1x3x8x8", "--json")
+    assert proc.returncode == 2, proc.stdout
+    doc = json.loads(proc.stdout)
+    assert doc["error"] == "bad_input" and "at least 2 input(s) (X, W)" in doc["message"] and doc["hint"]

@@ -77,3 +77,12 @@ async def test_baseline_takes_a_test_dir_as_inputs(tmp_path: Path) -> None:
                                                       "background": False}))
     assert base["result"]["report"]["inputs"]["source"] == "testdir:td"
     np.testing.assert_allclose(np.load(Path(base["result"]["inputs_path"]))[spec.name], x, rtol=1e-6)
+
+
+async def test_playbook_resources_link_to_resources(tmp_path: Path) -> None:
+    # a client that reads playbook://error-codes has no folder to resolve "shape-mutable.md" in
+    async with connect(tmp_path, "auto") as client:
+        text = (await client.read_resource("playbook://error-codes")).contents[0].text  # type: ignore[union-attr]
+    assert "](playbook://README)" in text and "](playbook://shape-mutable)" in text
+    assert "](playbook://performance#vtcm-and-memory)" in text
+    assert ".md)" not in text and ".md#" not in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from mcp.server import MCPServer
@@ -30,10 +31,23 @@ def _reader(name: str) -> Callable[[], str]:
     return lambda: _read(name)
 
 
+_LINK = re.compile(r"\]\(([A-Za-z0-9][A-Za-z0-9._-]*)\.md(#[^)\s]*)?\)")
+
+
 def _read(name: str) -> str:
     files = playbook_files()
     path = files.get(name) if NAME.match(name) else None
     if path is None:
         known = ", ".join(sorted(files)) or "none installed"
         raise ResourceNotFoundError(f"no playbook named {name!r}; available: {known}")
-    return path.read_text(encoding="utf-8", errors="replace")
+    return link_resources(path.read_text(encoding="utf-8", errors="replace"), set(files))
+
+
+def link_resources(text: str, names: set[str]) -> str:
+    """Point the playbooks' relative links (``[x](error-codes.md#...)``) at their resources
+    (``playbook://error-codes#...``): a client reading a resource has no folder to resolve ``.md`` paths in."""
+    def swap(m: re.Match[str]) -> str:
+        stem, anchor = m.group(1), m.group(2) or ""
+        return f"](playbook://{stem}{anchor})" if stem in names else m.group(0)
+
+    return _LINK.sub(swap, text)

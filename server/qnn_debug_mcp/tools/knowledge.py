@@ -60,9 +60,10 @@ def register(server: MCPServer) -> None:
         """First call when something failed. Give the failing run's output (MNN stdout, QNN/ORT
         log, logcat, crash backtrace) as `log_text`, or a log file inside the workspace as
         `log_path` (any size). Returns the failure category (e.g. graph finalize failed 1002,
-        execute failed 6000, op validation 3110/0xc26, shapeMutable/input not copied, missing
-        libs, export crash, wrong numbers), confidence, the evidence lines, decoded error codes,
-        the playbook to read (`playbook_uri`) and the next tools to call."""
+        execute failed 6000 — with `Tensor usage is 1.` usually shapeMutable —, op validation
+        3110/0xc26, op not registered, missing libs, export crash, wrong numbers), confidence, the
+        evidence lines, decoded error codes, the playbook to read (`playbook_uri`) and the next
+        tools to call."""
         if (log_text is None) == (log_path is None):
             raise tool_error("pass exactly one of log_text or log_path", "paste the log as log_text, or give log_path")
         limit = app_state(ctx).config.quick_timeout_s

@@ -29,6 +29,14 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
         schema = onnx.defs.get_schema(op, opset)
     except Exception:
         raise BadInputError(f"{op!r} is not an ONNX operator at opset {opset}", hint="use the ONNX op name, e.g. Conv, Softmax, Erf") from None
+    given = len(request["inputs"])
+    if given < schema.min_input:
+        formal = ", ".join(f.name for f in list(schema.inputs)[: schema.min_input])
+        raise BadInputError(
+            f"{op} takes at least {schema.min_input} input(s) ({formal}); the probe got {given} input shape(s)",
+            hint="give one shape (--shape) per input, in order (the first is fed at run time, later ones become "
+            "constants), or none at all for a default probe",
+        )
     rng = np.random.default_rng(0)
     graph_inputs, initializers, names, feeds = [], [], [], {}
     for i, spec in enumerate(request["inputs"]):
