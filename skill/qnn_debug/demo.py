@@ -89,7 +89,9 @@ def step_htp_dump(ctx: DemoContext) -> DemoStep:
 
     result = run_dump(DumpRequest(model=ctx.model, out=ctx.htp, target="htp-sim", precision="fp16",
                                   inputs=ctx.baseline / "inputs.npz"), ctx.progress)
-    effect = ", ".join(f"{k} {v:.1f} dB" for k, v in (result.observer_effect_db or {}).items())
+    from .compare import fmt
+
+    effect = ", ".join(f"{k} {fmt.observer(v)}" for k, v in (result.observer_effect_db or {}).items())
     return DemoStep(name="htp-sim dump", path=result.out,
                     summary=f"{result.tensors} tensors from the HTP simulator, {result.qnn_nodes} nodes on QNN, "
                             f"none on CPU; observer effect (marked vs unmarked): {effect}",

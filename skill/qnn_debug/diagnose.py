@@ -2,7 +2,8 @@
 
 Layout of ``out``::
 
-    inputs.npz   the inputs every run used
+    inputs.npz   the seeded inputs both runs used (with --inputs, the runs read the user's .npz or MNN test
+                 dir instead; baseline/inputs.npz always holds the arrays)
     baseline/    fp32 reference, fp16 floor, MNN CPU gate (see ``qnn_debug.baseline``)
     <target>/    the all-tensor QNN run (e.g. ``htp-sim/``)
     report/      compare.md, compare.json, error_by_position.png
@@ -17,7 +18,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
@@ -25,6 +26,9 @@ from .compare.schema import CompareResult
 from .errors import BadInputError
 from .progress import NULL_PROGRESS, Progress
 from .targets import Precision
+
+if TYPE_CHECKING:
+    from .runstore import TensorSpec
 
 INPUTS_FILE = "inputs.npz"
 BASELINE_DIR = "baseline"
@@ -107,20 +111,34 @@ def _warm_imports() -> None:
 
 def _inputs(model: Path, out: Path, inputs: str | os.PathLike[str] | None, shapes: dict[str, list[int]] | None,
             seed: int) -> Path:
-    """One inputs file for both runs: the user's, or seeded data made from the model's declared inputs."""
+    """The inputs both runs get: the user's (an ``.npz`` or an MNN test dir, loaded the way ``baseline`` and ``dump``
+    load them) or seeded data saved as ``out/inputs.npz``.
+
+    The user's inputs are checked against the model here, before either run starts, so a bad ``--inputs`` is one
+    clear error instead of two; they are then passed on as given, so both runs record where they came from."""
+    from .inputs import prepare_inputs, save_npz
+
     if inputs is not None:
-        path = Path(inputs)
-        if not path.is_file():
-            raise BadInputError(f"inputs file {path} does not exist", hint="pass an .npz keyed by input name")
-        return path.resolve()
+        prepare_inputs(_input_specs(model), inputs=inputs, shapes=shapes, seed=seed)
+        return Path(inputs).resolve()
     if model.suffix.lower() != ".onnx":
         raise BadInputError(f"diagnose makes inputs from ONNX models; {model.name} is not one",
-                            hint="pass --inputs FILE.npz keyed by input name")
-    from .inputs import prepare_inputs, save_npz
+                            hint="pass --inputs FILE.npz keyed by input name, or an MNN test dir")
+    prepared = prepare_inputs(_input_specs(model), shapes=shapes, seed=seed)
+    return save_npz(out / INPUTS_FILE, prepared.arrays).resolve()
+
+
+def _input_specs(model: Path) -> list[TensorSpec]:
+    """The model's declared inputs (ONNX graph inputs, or an .mnn model's inputs)."""
+    if model.suffix.lower() == ".mnn":
+        from .mnn.model_reader import read_mnn_model
+        from .targets.mnn_cpu import mnn_io
+
+        specs, _ = mnn_io(read_mnn_model(model))
+        return specs
     from .onnx_graph import graph_inputs, load_onnx
 
-    prepared = prepare_inputs(graph_inputs(load_onnx(model)), shapes=shapes, seed=seed)
-    return save_npz(out / INPUTS_FILE, prepared.arrays).resolve()
+    return graph_inputs(load_onnx(model))
 
 
 def _prepare_out(out: Path, force: bool) -> Path:

@@ -84,6 +84,25 @@ class QuantParams(BaseModel):
         return [-o for o in self.offset] if isinstance(self.offset, list) else -self.offset
 
 
+EquivalenceKind = Literal["cast", "layout", "pre_activation"]
+
+
+class Equivalence(BaseModel):
+    """Which model tensor a target-only tensor (a backend stage or copy) holds the values of.
+
+    Written by importers that know the target's graph (the MNN dump reader); ``compare`` aligns such a
+    tensor with the reference tensor it stands for instead of listing it as unaligned.
+    ``cast``: a backend cast/dequant copy of ``of[0]`` (the value as the target held it). ``layout``: the
+    values of ``of`` in another layout (a layout-only op's input or output). ``pre_activation``: an op's
+    result before its fused activation, ``of`` being that op's outputs; it stands for the tensor that feeds
+    the activation in the source graph.
+    """
+
+    kind: EquivalenceKind
+    of: list[str]  # model tensor names, nearest first
+    note: str
+
+
 class TensorRecord(BaseModel):
     """One captured tensor: what it is, who produced it, and where its bytes live."""
 
@@ -100,6 +119,7 @@ class TensorRecord(BaseModel):
     target_name: str | None = None  # the name the target used (e.g. "t3", "conv1_token_1")
     layout_note: str | None = None  # e.g. "restored NCHW from NHWC 1x32x32x16"
     quant: QuantParams | None = None
+    equivalent: Equivalence | None = None  # a stage/copy standing for a model tensor (see Equivalence)
 
 
 class RunRecord(BaseModel):
@@ -248,6 +268,7 @@ class RunWriter:
         scale: float | list[float] | None = None,
         offset: int | list[int] | None = None,
         axis: int | None = None,
+        equivalent: Equivalence | None = None,
     ) -> TensorRecord:
         """Store one tensor (float view in model layout) and, for quantized data, its raw integers."""
         if name in self._names:
@@ -279,6 +300,7 @@ class RunWriter:
             target_name=target_name,
             layout_note=layout_note,
             quant=quant,
+            equivalent=equivalent,
         )
         self.record.tensors.append(rec)
         return rec

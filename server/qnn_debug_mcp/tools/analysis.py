@@ -13,7 +13,7 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from ..args import Background, ClientRoots, InputsOrTestDir, InputsPath, OutPath, PathArg
+from ..args import Background, ClientRoots, InputsOrTestDir, OutPath, PathArg
 from ..calls import app_state, new_output, tool, workspace
 from ..errors import tool_error
 from ..long_runs import run_long
@@ -152,7 +152,8 @@ def top_rows(compare: dict[str, Any], top: int) -> dict[str, Any]:
     """Keep the ``top`` tensors furthest beyond the fp16 floor (plus the first failing one), in execution
     order; the full table stays in the report files. ``tensors_total`` says how many there were."""
     rows: list[dict[str, Any]] = list(compare.get("tensors") or [])
-    first = (compare.get("first_failing") or {}).get("tensor")
+    ff = compare.get("first_failing") or {}
+    first = ff.get("observed_as") or ff.get("tensor")  # the row of the first failing tensor (maybe an alias row)
     ranked = sorted(rows, key=lambda r: -(r.get("excess_db") or 0.0))[:top]
     keep = {id(r) for r in ranked} | {id(r) for r in rows if r.get("name") == first}
     trimmed = dict(compare)
@@ -168,6 +169,9 @@ def summarize_compare(r: dict[str, Any]) -> str:
     ff = r.get("first_failing")
     if ff:
         text += f" First failing: tensor {ff.get('tensor')!r} from {ff.get('op')} ({ff.get('op_type')}) at position {ff.get('position')}."
+    steps = r.get("next_steps") or []
+    if steps:
+        text += " Next steps: " + " ".join(f"({i}) {s}" for i, s in enumerate(steps, 1))
     return text
 
 
@@ -222,7 +226,7 @@ def register_compare(server: MCPServer) -> None:
         roots: ClientRoots,
         target: Annotated[Target, Field(description="htp-sim (no phone needed), device or host")] = "htp-sim",
         out: OutPath = None,
-        inputs: InputsPath = None,
+        inputs: InputsOrTestDir = None,
         precision: Annotated[Literal["fp16", "quantized"], Field(description="fp16, or quantized for QDQ models")] = "fp16",
         soc: Soc = 69,
         arch: Arch = None,
@@ -248,7 +252,7 @@ def register_compare(server: MCPServer) -> None:
         if arch is not None:
             cmd += ["--arch", str(arch)]
         if inputs:
-            cmd += ["--inputs", str(ws.resolve(inputs, what="inputs", kind="file"))]
+            cmd += ["--inputs", str(ws.resolve(inputs, what="inputs", kind="any"))]
         cmd += option_args(options, ws, serial=serial, adb=app_state(ctx).config.adb, target=target)
 
         def trim(r: dict[str, Any]) -> dict[str, Any]:

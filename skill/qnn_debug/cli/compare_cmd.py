@@ -95,21 +95,38 @@ def compare(
 
 
 def print_summary(result: Any) -> None:
-    """The verdict, the first failing op and the worst tensors, in a few lines."""
+    """The verdict, its next steps, the first failing op and the worst tensors, in a few lines.
+
+    Numbers follow :mod:`qnn_debug.compare.fmt` (dB with one decimal, "exact" for identical tensors) and every
+    excess names what it is measured from (the floor, or the fp16 cap when the floor is better or exact)."""
+    from ..compare import fmt
+
     v, ff = result.verdict, result.first_failing
     typer.echo(f"verdict: {v.kind}" + (f" ({v.pattern})" if v.pattern != "none" else "") + f", confidence {v.confidence:.2f}")
     typer.echo(f"  {v.summary}")
     if ff is not None:
         le = ff.local_error
-        local = f"; local SQNR {le.sqnr_db} dB on the target's own inputs" if le is not None and le.sqnr_db is not None else ""
+        local = (f"; local SQNR {fmt.db_unit(le.sqnr_db)} on the target's own inputs"
+                 if le is not None and le.sqnr_db is not None else "")
         typer.echo(f"first failing: tensor {ff.tensor!r} from {ff.op} ({ff.op_type}) at position {ff.position}{local}")
     c = result.counts
-    typer.echo(f"tensors: {c.get('aligned', 0)} aligned, {c.get('unaligned', 0)} not aligned"
+    aliases = f" ({c['aliases']} of them target stages standing for a model tensor)" if c.get("aliases") else ""
+    typer.echo(f"tensors: {c.get('aligned', 0)} aligned{aliases}, {c.get('unaligned', 0)} not aligned"
                + (f"; report: {result.report_files['markdown']}" if result.report_files else ""))
+    th = result.thresholds
+    cap = float(th.get("floor_cap_db", 60.0))
+    quantized = result.precision == "quantized" or any(r.quantized for r in result.tensors)
+    if quantized:
+        typer.echo(f"  note: {fmt.quantized_note(cap, float(th.get('quant_lsb_ok', 4.0)))}")
     worst = sorted((r for r in result.tensors if r.excess_db), key=lambda r: -(r.excess_db or 0.0))[:5]
+    if worst:
+        typer.echo("worst tensors (position, name, SQNR against the reference):")
     for r in worst:
         f = (r.floor_metrics or {}).get("sqnr_db")
-        typer.echo(f"  {r.position:>5} {r.name:<32} SQNR {r.metrics.get('sqnr_db')} dB (floor {f}), "
-                   f"{r.excess_db} dB beyond the floor, {r.status}")
+        typer.echo(f"  {r.position:>5} {r.label or r.name:<32} SQNR {fmt.db_unit(r.metrics.get('sqnr_db'))}, "
+                   f"{fmt.shortfall(r.excess_db, f, cap, has_floor=result.floor is not None, quantized=quantized)}, "
+                   f"{r.status}")
     for w in result.warnings[:5]:
         typer.echo(f"  warning: {w}")
+    for i, step in enumerate(result.next_steps, 1):
+        typer.echo(("next steps:\n" if i == 1 else "") + f"  {i}. {step}")

@@ -8,7 +8,7 @@ import typer
 
 from ..errors import BadInputError, QnnDebugError
 from .app import app
-from .baseline_cmd import INPUTS_OPTION, SEED_OPTION, SHAPE_OPTION, default_out
+from .baseline_cmd import INPUTS_OR_TESTDIR_OPTION, SEED_OPTION, SHAPE_OPTION, default_out
 from .common import FORCE_OPTION, JSON_OPTION, cli_progress, emit, fail
 from .compare_cmd import print_summary
 from .dump_cmd import parse_options
@@ -18,8 +18,9 @@ from .dump_cmd import parse_options
 def diagnose(
     model: Path = typer.Argument(..., help="The .onnx model to diagnose."),
     target: str = typer.Option("htp-sim", "--target", help="Where QNN runs: htp-sim, device or host."),
-    out: Path = typer.Option(None, "--out", help="Output directory [default: qnn-debug-runs/<model>/diagnose-<target>]."),
-    inputs: Path = INPUTS_OPTION,
+    # no "[...]" in help texts: rich markup would swallow it (parentheses, as the other commands do)
+    out: Path = typer.Option(None, "--out", help="Output directory (default: qnn-debug-runs/MODEL/diagnose-TARGET)."),
+    inputs: Path = INPUTS_OR_TESTDIR_OPTION,
     shape: list[str] = SHAPE_OPTION,
     seed: int = SEED_OPTION,
     soc: int = typer.Option(69, "--soc", help="QNN soc_model (69 = Snapdragon 8 Elite)."),

@@ -70,8 +70,10 @@ def dump(
         soc_text = f"soc {result.soc_model}, arch v{result.htp_arch}" if result.soc_model else "no soc"
         qnn = f"; {result.qnn_nodes} nodes on QNN, none on CPU" if result.qnn_nodes is not None else ""
         typer.echo(f"  {result.tensors} tensors captured ({result.quantized_tensors} quantized); {soc_text}{qnn}")
+        from ..compare import fmt
+
         for name, db in (result.observer_effect_db or {}).items():
-            typer.echo(f"  observer effect on {name}: marked vs unmarked SQNR {db:.1f} dB")
+            typer.echo(f"  observer effect on {name}: marked vs unmarked outputs {fmt.observer(db)}")
         for w in result.warnings:
             typer.echo(f"  warning: {w}")
 

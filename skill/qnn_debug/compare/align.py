@@ -3,6 +3,13 @@
 A target tensor pairs with the reference tensor of the same name when its shape is the reference
 shape, the channel-last permutation of it (QNN/MNN NHWC dumps: ``[N, C, H, W]`` stored as
 ``[N, H, W, C]``), or a reshape with the same non-unit dimensions (``[1, 16]`` vs ``[1, 16, 1, 1]``).
+
+A target tensor the reference does not have is an **alias** when its record says which model tensor it
+holds the values of (``TensorRecord.equivalent``, written by the MNN dump reader): a backend cast/dequant
+copy of a graph input or output, a layout-only copy (ConvertTensor), or an op's result before its fused
+activation — the last one stands for the tensor that feeds the activation node in the ONNX model, so it
+needs the model's producers. An alias is paired with the reference tensor it stands for, as a row of its
+own; several target tensors may stand for one reference tensor (different observations of one value).
 Everything else becomes an :class:`UnalignedRow` with the reason.
 
 Data are streamed: :func:`pair_stats` reads both tensor files chunk by chunk into reused buffers
@@ -12,31 +19,45 @@ so neither run is ever held in memory.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from ..errors import BadInputError
-from ..runstore import Run, TensorRecord
+from ..runstore import Equivalence, Run, TensorRecord
 from .metrics import ErrorStats, Workspace, as_float32
 from .npy_stream import ChunkReader, open_npy, prefetch
 from .schema import UnalignedRow
 
+if TYPE_CHECKING:
+    from ..onnx_graph import NodeInfo
+
 Layout = Literal["same", "nhwc", "reshape"]
 DEFAULT_CHUNK = 1 << 20  # elements per chunk (4 MiB of float32)
+# ONNX nodes a backend fuses into the op before them as its activation (MNN: Conv + ReLU/ReLU6 = Clip)
+FUSED_ACTIVATIONS = frozenset({"Relu", "Clip"})
+# stage names the run store gives backend copies of a model tensor (``<tensor>@cast``), for runs
+# imported before equivalences were recorded
+_COPY_STAGE_RE = re.compile(r"^(?P<base>.+)@(?P<stage>cast|dequant)$")
 
 
 @dataclass(frozen=True)
 class Pair:
-    """A reference tensor and its counterpart in another run, with how to bring it to the reference layout."""
+    """A reference tensor and its counterpart in another run, with how to bring it to the reference layout.
+
+    ``name`` is the row's name: the shared name, or the target's own name when ``other`` is an alias that
+    stands for ``ref`` (``alias`` then says why).
+    """
 
     name: str
     ref: TensorRecord
     other: TensorRecord
     layout: Layout
+    alias: str | None = None
 
 
 @dataclass
@@ -60,39 +81,100 @@ def match_layout(ref_shape: list[int], other_shape: list[int]) -> Layout | None:
 
 
 def align(reference: Run, other: Run, *, ignore: Callable[[str], bool] | None = None,
-          other_side_label: Literal["target"] = "target") -> Alignment:
-    """Pair every reference tensor with ``other``'s tensor of the same name (reference order)."""
-    pairs: list[Pair] = []
-    unaligned: list[UnalignedRow] = []
-    ref_names = set()
-    for rec in reference.iter_in_order():
-        ref_names.add(rec.name)
-        if not other.has(rec.name):
-            why = "graph input not recorded" if rec.kind == "input" else "fused away or not dumped"
-            unaligned.append(UnalignedRow(
-                name=rec.name, side="reference", reason=f"not in the {other_side_label} ({why})",
-                reference_shape=rec.shape, op=rec.op, position=rec.position,
-            ))
+          other_side_label: Literal["target"] = "target",
+          producers: Mapping[str, NodeInfo] | None = None) -> Alignment:
+    """Pair every reference tensor with ``other``'s tensors: the one of the same name, then its aliases.
+
+    Pairs come in reference order, and the observations of one reference tensor in ``other``'s execution
+    order. ``producers`` (ONNX tensor → producing node) lets pre-activation stages find their tensor.
+    """
+    ref_order = {rec.name: i for i, rec in enumerate(reference.iter_in_order())}
+    found: list[tuple[int, int, Pair]] = []
+    mismatched: list[UnalignedRow] = []
+    leftovers: list[UnalignedRow] = []
+    for i, orec in enumerate(other.iter_in_order()):
+        if orec.name in ref_order:
+            got = _direct(reference.info(orec.name), orec, other_side_label)
+        elif ignore is not None and ignore(orec.name):
             continue
-        orec = other.info(rec.name)
-        layout = match_layout(rec.shape, orec.shape)
-        if layout is None:
-            unaligned.append(UnalignedRow(
-                name=rec.name, side="reference",
-                reason=f"shape mismatch: {other_side_label} {orec.shape} vs reference {rec.shape}",
-                reference_shape=rec.shape, target_shape=orec.shape, op=rec.op, position=rec.position,
-            ))
-            continue
-        pairs.append(Pair(rec.name, rec, orec, layout))
-    for orec in other.iter_in_order():
-        if orec.name in ref_names or (ignore is not None and ignore(orec.name)):
-            continue
+        else:
+            got = _alias(reference, orec, producers)
+        if isinstance(got, Pair):
+            found.append((ref_order[got.ref.name], i, got))
+        else:
+            (mismatched if got.side == "reference" else leftovers).append(got)
+    pairs = [p for _, _, p in sorted(found, key=lambda x: (x[0], x[1]))]
+    seen = {p.ref.name for p in pairs} | {u.name for u in mismatched}
+    missing = [_missing(rec, other_side_label) for rec in reference.iter_in_order() if rec.name not in seen]
+    by_position = sorted([*missing, *mismatched], key=lambda u: ref_order[u.name])
+    return Alignment(pairs, [*by_position, *leftovers])
+
+
+def _direct(rec: TensorRecord, orec: TensorRecord, side: str) -> Pair | UnalignedRow:
+    """The tensor of the same name, if its shape fits."""
+    layout = match_layout(rec.shape, orec.shape)
+    if layout is None:
+        return UnalignedRow(name=rec.name, side="reference",
+                            reason=f"shape mismatch: {side} {orec.shape} vs reference {rec.shape}",
+                            reference_shape=rec.shape, target_shape=orec.shape, op=rec.op, position=rec.position)
+    return Pair(rec.name, rec, orec, layout)
+
+
+def _missing(rec: TensorRecord, side: str) -> UnalignedRow:
+    why = "graph input not recorded" if rec.kind == "input" else "fused away or not dumped"
+    return UnalignedRow(name=rec.name, side="reference", reason=f"not in the {side} ({why})",
+                        reference_shape=rec.shape, op=rec.op, position=rec.position)
+
+
+def _alias(reference: Run, orec: TensorRecord, producers: Mapping[str, NodeInfo] | None) -> Pair | UnalignedRow:
+    """A target-only tensor as an observation of the reference tensor it stands for, else why it cannot be."""
+    name, why = stands_for(orec, reference, producers)
+    if name is None:
+        return UnalignedRow(name=orec.name, side="target", reason=why, target_shape=orec.shape, op=orec.op,
+                            position=orec.position)
+    rec = reference.info(name)
+    layout = match_layout(rec.shape, orec.shape)
+    if layout is None:
+        return UnalignedRow(name=orec.name, side="target",
+                            reason=f"stands for {name} ({why}) but its shape {orec.shape} does not fit {rec.shape}",
+                            reference_shape=rec.shape, target_shape=orec.shape, op=orec.op, position=orec.position)
+    return Pair(orec.name, rec, orec, layout, alias=why)
+
+
+def stands_for(orec: TensorRecord, reference: Run,
+               producers: Mapping[str, NodeInfo] | None = None) -> tuple[str | None, str]:
+    """(the reference tensor a target-only tensor stands for, or None; why — or why not)."""
+    eq = orec.equivalent or _copy_stage(orec)
+    if eq is None:
         what = f" ({orec.label})" if orec.label else ""
-        unaligned.append(UnalignedRow(
-            name=orec.name, side="target", reason=f"not in the reference{what}: a backend stage or an extra tensor",
-            target_shape=orec.shape, op=orec.op, position=orec.position,
-        ))
-    return Alignment(pairs, unaligned)
+        return None, f"not in the reference{what}: a backend stage or an extra tensor"
+    if eq.kind == "pre_activation":
+        return _pre_activation(eq, reference, producers)
+    name = next((n for n in eq.of if reference.has(n)), None)
+    if name is None:
+        return None, f"{eq.note}, but the reference records none of {', '.join(eq.of)}"
+    return name, eq.note if name == eq.of[0] else f"{eq.note}; {eq.of[0]} holds the values of {name}"
+
+
+def _pre_activation(eq: Equivalence, reference: Run,
+                    producers: Mapping[str, NodeInfo] | None) -> tuple[str | None, str]:
+    """The input of the ONNX activation node that produces the op's output."""
+    if producers is None:
+        return None, f"{eq.note}; finding the tensor it stands for needs the ONNX model (pass --model)"
+    for out in eq.of:
+        node = producers.get(out)
+        if node is not None and node.op_type in FUSED_ACTIVATIONS and node.inputs and reference.has(node.inputs[0]):
+            return node.inputs[0], f"{eq.note}; ONNX {node.name} ({node.op_type}) reads {node.inputs[0]}"
+    return None, (f"{eq.note}, but no {'/'.join(sorted(FUSED_ACTIVATIONS))} node of the ONNX model makes "
+                  f"{' or '.join(eq.of)} from a tensor the reference records")
+
+
+def _copy_stage(orec: TensorRecord) -> Equivalence | None:
+    """Runs imported before equivalences were recorded: ``<tensor>@cast`` / ``@dequant`` stage names."""
+    m = _COPY_STAGE_RE.match(orec.name)
+    if m is None or orec.kind != "stage":
+        return None
+    return Equivalence(kind="cast", of=[m["base"]], note=f"{m['base']} as the target held it ({m['stage']} stage)")
 
 
 def iter_chunks(ref_arr: np.ndarray, other_arr: np.ndarray, layout: Layout,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from ..runstore import QuantParams, Run
@@ -14,13 +16,18 @@ from .thresholds import Thresholds
 from .verdict import Finding
 
 
-def fetcher(reference: Run, target: Run) -> Fetch:
-    """Values for a segment input: the target's own (in reference layout) when it has them."""
+def fetcher(reference: Run, target: Run, observed_as: Mapping[str, str] | None = None) -> Fetch:
+    """Values for a segment input: the target's own (in reference layout) when it has them.
+
+    ``observed_as`` maps a reference tensor to the target tensor standing for it (its first observation,
+    e.g. ``x@cast`` for ``x``), so an op is re-run on what the target really held.
+    """
 
     def fetch(name: str) -> tuple[np.ndarray, str] | None:
         ref_shape = reference.info(name).shape if reference.has(name) else None
-        if target.has(name):
-            rec = target.info(name)
+        own = (observed_as or {}).get(name, name)
+        if target.has(own):
+            rec = target.info(own)
             if ref_shape is None or match_layout(ref_shape, rec.shape) is not None:
                 return load_in_reference_layout(target, rec, ref_shape or rec.shape), "target"
         if reference.has(name):
@@ -38,14 +45,15 @@ def quant_step(quant: QuantParams | None) -> float | None:
 
 
 def check_suspect(index: ModelIndex, suspect: Suspect, reference: Run, target: Run, *,
-                  quantized: bool, th: Thresholds, patterns: bool = True) -> Finding:
+                  quantized: bool, th: Thresholds, patterns: bool = True,
+                  observed_as: Mapping[str, str] | None = None) -> Finding:
     """Local error of the suspect (and, when it is wrong, the pattern that reproduces the target)."""
     names = [n.name for n in suspect.segment] + [suspect.op.name]
     try:
-        run = prepare(index, names, fetcher(reference, target))
+        run = prepare(index, names, fetcher(reference, target, observed_as))
     except LocalRunError as e:
         return Finding(suspect, LocalError(note=str(e), segment=names))
-    rec = target.info(suspect.tensor)
+    rec = target.info((observed_as or {}).get(suspect.tensor, suspect.tensor))
     target_out = load_in_reference_layout(target, rec, reference.info(suspect.tensor).shape).astype(np.float32)
     try:
         le = measure(run, suspect.tensor, target_out, op_type=suspect.op.op_type, quant_scale=quant_step(rec.quant),

@@ -135,7 +135,12 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
     opts = options or CompareOptions()
     th = opts.thresholds
     ref = side.reference
-    alignment = align(ref, target)
+    producers = None
+    if model is not None:
+        from ..onnx_graph import producer_map
+
+        producers = producer_map(model)
+    alignment = align(ref, target, producers=producers)
     if not alignment.pairs:
         raise BadInputError(
             f"none of the {len(ref.tensors)} reference tensors is in the target ({len(target.tensors)} tensors)",
@@ -147,22 +152,15 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
         floor_pairs = {p.name: p for p in align(ref, side.floor, ignore=is_floor_helper).pairs}
     _check_input_hashes(ref, target, alignment.pairs)
 
-    rows: dict[str, TensorRow] = {}
+    all_rows: list[TensorRow] = []
     with progress.stage("compare: tensors", total=len(alignment.pairs), message="compare: metrics per tensor") as advance:
         for pair, values, floor_values in stream_metrics(side, target, alignment.pairs, floor_pairs, opts):
-            rec = pair.ref
-            row = TensorRow(name=pair.name, op=rec.op, op_type=rec.op_type, position=rec.position,
-                            metrics=values, floor_metrics=floor_values,
-                            layout=None if pair.layout == "same" else pair.layout,
-                            target_name=pair.other.target_name, quantized=pair.other.quant is not None)
-            judged = judge_tensor(row.metrics, row.floor_metrics, rec.op_type, th)
-            row.excess_db = None if judged.excess_db is None else round(judged.excess_db, 2)
-            row.status = judged.status
-            rows[pair.name] = row
+            all_rows.append(_row(pair, values, floor_values, th))
             advance()
+    rows = first_observations(all_rows)  # reference name -> the row localisation uses
 
-    quantized = target.record.precision == "quantized" or any(r.quantized for r in rows.values())
-    zero_inputs = _check_inputs(ref, target, rows, th)
+    quantized = target.record.precision == "quantized" or any(r.quantized for r in all_rows)
+    zeroed, input_warnings = _check_inputs(ref, target, alignment.pairs, all_rows, th)
     ops, non_float, index, local_note = _graph(model, ref, opts, model_note)
     excess = {n: r.excess_db for n, r in rows.items()}
     for name in non_float:
@@ -176,47 +174,95 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
     if suspects and index is not None:
         from .checks import check_suspect
 
+        observed_as = {n: r.name for n, r in rows.items()}
         with progress.stage("compare: local error", total=min(len(suspects), th.max_local_checks),
                             message="compare: re-running suspect ops on CPU") as advance:
             for suspect in suspects[: th.max_local_checks]:
                 finding = check_suspect(index, suspect, ref, target, quantized=quantized, th=th,
-                                        patterns=opts.patterns)
+                                        patterns=opts.patterns, observed_as=observed_as)
                 findings.append(finding)
                 advance()
                 if finding.local is not None and finding.local.ok is False:
                     break
     else:
         findings = [Finding(s, None) for s in suspects]
-    consumers: dict[str, str] = {}
+    consumers: dict[str, OpNode] = {}
     for op in ops:
         for name in op.inputs:
-            consumers.setdefault(name, op.name)
+            consumers.setdefault(name, op)
     fs = Findings(rows=rows, findings=findings, quantized=quantized, outputs=list(ref.record.outputs),
-                  zero_inputs=zero_inputs, input_consumers=consumers, local_unavailable=local_note,
-                  observer_effect_db=target.record.observer_effect_db, has_floor=side.floor is not None)
+                  zero_inputs=list(zeroed), zero_observations=zeroed, input_consumers=consumers,
+                  local_unavailable=local_note,
+                  observer_effect_db=target.record.observer_effect_db, has_floor=side.floor is not None,
+                  all_rows=all_rows)
     verdict, first = decide(fs, th)
     if len(suspects) > len(findings):
         verdict.evidence["unchecked_suspects"] = [
             {"tensor": s.tensor, "op": s.op.name, "jump_db": round(s.jump_db, 1)} for s in suspects[len(findings):][:5]]
-    warnings = list(target.record.warnings)
-    bad_ref = [r.name for r in rows.values() if (r.metrics.get("ref_nonfinite") or 0) > 0]
+    warnings = [*target.record.warnings, *input_warnings, *_disagreements(all_rows, th)]
+    bad_ref = sorted({r.stands_for or r.name for r in all_rows if (r.metrics.get("ref_nonfinite") or 0) > 0})
     if bad_ref:
         warnings.append(f"the reference has NaN/Inf in {len(bad_ref)} tensor(s), which were not judged: "
                         + ", ".join(bad_ref[:5]))
     if local_note:
         warnings.append(f"local error not computed: {local_note}")
-    ordered = sorted(rows.values(), key=lambda r: r.position)
+    ordered = sorted(all_rows, key=lambda r: r.position)
     return CompareResult(
         reference=str(ref.dir), target=str(target.dir), target_kind=target_kind,
         floor=str(side.floor.dir) if side.floor is not None else None, model=model_path,
         precision=target.record.precision, first_failing=first, verdict=verdict, tensors=ordered,
         observer_effect_db=target.record.observer_effect_db, unaligned=alignment.unaligned,
         counts={"reference_tensors": len(ref.tensors), "target_tensors": len(target.tensors),
-                "aligned": len(rows), "unaligned": len(alignment.unaligned), "suspects": len(suspects),
+                "aligned": len(all_rows), "aliases": sum(r.stands_for is not None for r in all_rows),
+                "unaligned": len(alignment.unaligned), "suspects": len(suspects),
                 "local_checks": sum(f.local is not None for f in findings),
-                "floor_aligned": sum(r.floor_metrics is not None for r in rows.values())},
+                "floor_aligned": sum(r.floor_metrics is not None for r in all_rows)},
         warnings=warnings, thresholds=th.model_dump(), elapsed_s=round(time.monotonic() - t_start, 3),
     )
+
+
+def _row(pair: Pair, values: MetricValues, floor_values: MetricValues | None, th: Thresholds) -> TensorRow:
+    """One row, judged against the floor; alias rows are labelled with the reference tensor they stand for."""
+    rec = pair.ref
+    alias = pair.alias is not None
+    row = TensorRow(name=pair.name, op=rec.op, op_type=rec.op_type, position=rec.position,
+                    metrics=values, floor_metrics=floor_values,
+                    layout=None if pair.layout == "same" else pair.layout,
+                    target_name=pair.other.target_name, quantized=pair.other.quant is not None,
+                    stands_for=rec.name if alias else None, equivalence=pair.alias,
+                    label=f"{pair.name} ≡ {rec.name}" if alias else None)
+    judged = judge_tensor(row.metrics, row.floor_metrics, rec.op_type, th)
+    row.excess_db = None if judged.excess_db is None else round(judged.excess_db, 2)
+    row.status = judged.status
+    return row
+
+
+def first_observations(rows: list[TensorRow]) -> dict[str, TensorRow]:
+    """Reference name → its first observation in the target's execution order (rows come in that order).
+
+    Localisation and local re-runs use it: the earliest point the value was seen is the op's own output,
+    before any backend copy.
+    """
+    first: dict[str, TensorRow] = {}
+    for row in rows:
+        first.setdefault(row.stands_for or row.name, row)
+    return first
+
+
+def _disagreements(rows: list[TensorRow], th: Thresholds) -> list[str]:
+    """Observations of one reference tensor that differ by a jump: a backend copy or cast changed the values."""
+    groups: dict[str, list[TensorRow]] = {}
+    for row in rows:
+        if row.excess_db is not None:
+            groups.setdefault(row.stands_for or row.name, []).append(row)
+    out = []
+    for name, group in groups.items():
+        lo = min(group, key=lambda r: r.excess_db or 0.0)
+        hi = max(group, key=lambda r: r.excess_db or 0.0)
+        if (hi.excess_db or 0.0) - (lo.excess_db or 0.0) >= th.jump_db:
+            out.append(f"observations of {name!r} disagree: {hi.name!r} is {hi.excess_db} dB beyond the floor, "
+                       f"{lo.name!r} {lo.excess_db} dB (a backend copy or cast changed the values)")
+    return out
 
 
 def stream_metrics(side: ReferenceSide, target: Run, pairs: list[Pair], floor_pairs: dict[str, Pair],
@@ -235,7 +281,7 @@ def stream_metrics(side: ReferenceSide, target: Run, pairs: list[Pair], floor_pa
             ws = local.ws = Workspace()
         values = metric_values(pair_stats(side.reference, target, pair, atol=th.atol, rtol=th.rtol,
                                           chunk=opts.chunk, ws=ws))
-        fp = floor_pairs.get(pair.name)
+        fp = floor_pairs.get(pair.ref.name)
         floor_values = None
         if fp is not None and side.floor is not None:
             floor_values = metric_values(pair_stats(side.reference, side.floor, fp, atol=th.atol, rtol=th.rtol,
@@ -278,7 +324,7 @@ def _check_input_hashes(ref: Run, target: Run, pairs: list[Pair]) -> None:
     a, b = ref.record.inputs, target.record.inputs
     if a is None or b is None or not a.sha256 or not b.sha256 or a.sha256 == b.sha256:
         return
-    if any(p.ref.kind == "input" for p in pairs):
+    if any(p.ref.kind == "input" and p.alias is None for p in pairs):
         return  # the input tensors are compared directly (see _check_inputs)
     raise BadInputError(
         f"the target ran on different inputs than the reference (input sha256 {b.sha256[:12]} vs {a.sha256[:12]})",
@@ -286,28 +332,37 @@ def _check_input_hashes(ref: Run, target: Run, pairs: list[Pair]) -> None:
     )
 
 
-def _check_inputs(ref: Run, target: Run, rows: dict[str, TensorRow], th: Thresholds) -> list[str]:
-    """Graph inputs the target holds as zeros (input not copied); raise if it ran on other data."""
-    zeros: list[str] = []
-    for rec in ref.tensors:
-        if rec.kind != "input":
+def _check_inputs(ref: Run, target: Run, pairs: list[Pair], rows: list[TensorRow],
+                  th: Thresholds) -> tuple[dict[str, list[str]], list[str]]:
+    """Graph inputs the target holds as zeros (input not copied) → the observations that are, and warnings.
+
+    A graph input recorded under its own name is what the target was fed: if it differs, the target ran
+    on other data (an error). A backend copy of it (an alias) that differs is only a warning: the copy
+    itself may be what broke.
+    """
+    inputs = [(pair, row) for pair, row in zip(pairs, rows, strict=True) if pair.ref.kind == "input"]
+    zeros: dict[str, list[str]] = {}
+    for pair, _ in inputs:
+        arr = target.array(pair.other.name)
+        if arr.size and not np.any(arr) and np.any(ref.array(pair.ref.name)):
+            zeros.setdefault(pair.ref.name, []).append(pair.name)
+    warnings: list[str] = []
+    for pair, row in inputs:
+        name = pair.ref.name
+        if name in zeros:
             continue
-        candidates = [n for n in (rec.name, f"{rec.name}@cast") if target.has(n)]
-        for name in candidates:
-            arr = target.array(name)
-            if arr.size and not np.any(arr) and np.any(ref.array(rec.name)):
-                zeros.append(rec.name)
-                break
-        row = rows.get(rec.name)
-        if rec.name in zeros or row is None or row.excess_db is None or row.excess_db < th.jump_db:
+        if row.excess_db is None or row.excess_db < th.jump_db:
             continue
-        step = quant_step(target.info(rec.name).quant)
+        step = quant_step(pair.other.quant)
         if step is not None and (row.metrics.get("max_abs") or 0.0) <= 1.01 * step:
             continue  # the input quantized to the target's grid: expected
+        if pair.alias is not None:
+            warnings.append(f"the target's copy {pair.name!r} of input {name!r} differs from the reference input "
+                            f"(SQNR {row.metrics.get('sqnr_db')} dB): other data, or the copy is broken")
+            continue
         raise BadInputError(
-            f"the target ran on a different input {rec.name!r} (SQNR {row.metrics.get('sqnr_db')} dB against the reference's)",
+            f"the target ran on a different input {name!r} (SQNR {row.metrics.get('sqnr_db')} dB against the reference's)",
             hint="re-run the target with the baseline's inputs.npz (--inputs <baseline>/inputs.npz)",
-            details={"input": rec.name, "metrics": row.metrics},
+            details={"input": name, "metrics": row.metrics},
         )
-    return zeros
-
+    return zeros, warnings

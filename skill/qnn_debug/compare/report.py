@@ -1,8 +1,9 @@
 """Write a comparison as ``compare.md`` (readable in 30 seconds), ``compare.json`` and a PNG plot.
 
-The Markdown leads with the verdict sentence, then the first failing op with its numbers, the plot of
-error against execution position (target and floor, first failing op marked), the rows around the
-first failing op and the worst rows, the model outputs, and what could not be aligned.
+The Markdown leads with the verdict sentence and the next steps, then the first failing op with its numbers,
+the plot of error against execution position (target and floor, first failing op marked), the rows around
+the first failing op and the worst rows, the model outputs, and what could not be aligned. Numbers follow
+:mod:`.fmt` (dB with one decimal; an identical tensor reads "exact", never as the 200 dB cap).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..runstore import atomic_write_text
+from . import fmt
 from .schema import CompareResult, TensorRow
 
 MD_FILE, JSON_FILE, PLOT_FILE = "compare.md", "compare.json", "error_by_position.png"
@@ -28,26 +30,24 @@ def write_report(result: CompareResult, out: str | Path) -> dict[str, str]:
     return files
 
 
-def _f(x: float | None, fmt: str = ".1f") -> str:
-    return "–" if x is None else format(x, fmt)
-
-
 def markdown(r: CompareResult) -> str:
     v, ff = r.verdict, r.first_failing
     title = {"ok": "healthy", "precision": "precision (no wrong op)", "quantization": "quantization error (no wrong op)",
              "real_bug": "REAL BUG", "input_not_copied": "INPUT NOT COPIED"}[v.kind]
     head = f"# qnn-debug compare: {title}" + (f" at `{ff.op or ff.tensor}` ({ff.op_type or 'graph input'})" if ff else "")
     lines = [head, "", f"**Verdict:** `{v.kind}` · pattern `{v.pattern}` · confidence {v.confidence:.2f}", "",
-             f"> {v.summary}", "",
+             f"> {v.summary}", "", *_next_steps(r),
              "| | |", "|---|---|",
              f"| reference | `{r.reference}` |", f"| floor | `{r.floor or 'none (excess judged against a fixed fp16 level)'}` |",
              f"| target | `{r.target}` ({r.target_kind}, {r.precision or '?'}) |",
-             f"| tensors | {r.counts.get('aligned', 0)} aligned, {r.counts.get('unaligned', 0)} unaligned, "
+             f"| tensors | {r.counts.get('aligned', 0)} aligned{_aliases(r)}, {r.counts.get('unaligned', 0)} unaligned, "
              f"{r.counts.get('suspects', 0)} suspect(s), {r.counts.get('local_checks', 0)} re-run on CPU |"]
     if r.observer_effect_db:
         lines.append("| observer effect (marked vs unmarked outputs) | "
-                     + ", ".join(f"{k}: {_f(x)} dB" for k, x in r.observer_effect_db.items()) + " |")
+                     + ", ".join(f"{k}: {fmt.observer(x)}" for k, x in r.observer_effect_db.items()) + " |")
     lines.append("")
+    if _quantized(r):
+        lines += [fmt.quantized_note(_cap(r), _lsb_ok(r)), ""]
     if ff is not None:
         lines += _first_failing(r)
     lines += ["## Error along the graph", "", f"![error by position]({PLOT_FILE})", "",
@@ -66,6 +66,40 @@ def markdown(r: CompareResult) -> str:
     return "\n".join(lines)
 
 
+def _next_steps(r: CompareResult) -> list[str]:
+    """The verdict's next steps as a numbered list right under the verdict (nothing for a healthy run)."""
+    steps = r.next_steps
+    if not steps:
+        return []
+    return ["**Next steps**", "", *[f"{i}. {s}" for i, s in enumerate(steps, 1)], ""]
+
+
+def _cap(r: CompareResult) -> float:
+    return float(r.thresholds.get("floor_cap_db", 60.0))
+
+
+def _lsb_ok(r: CompareResult) -> float:
+    return float(r.thresholds.get("quant_lsb_ok", 4.0))
+
+
+def _quantized(r: CompareResult) -> bool:
+    return r.precision == "quantized" or any(t.quantized for t in r.tensors)
+
+
+def _cos(x: float | None) -> str:
+    return fmt.NONE if x is None else f"{x:.6f}"
+
+
+def _excess_legend(r: CompareResult) -> str:
+    """What the excess column is measured from, so a capped floor never reads as a measurement."""
+    jump = "*jump*: excess minus the worst excess among the op's inputs."
+    if not r.floor:
+        return f"*excess*: dB the target's SQNR falls below a fixed {_cap(r):g} dB fp16 level (no floor run); {jump}"
+    return (f"*excess*: dB the target's SQNR falls below the fp16 floor's, capped at {_cap(r):g} dB (HTP is never "
+            f"better than fp16, so a floor above that — or *exact*, identical to the reference — is judged at "
+            f"{_cap(r):g} dB); {jump}")
+
+
 def _first_failing(r: CompareResult) -> list[str]:
     ff, ev = r.first_failing, r.verdict.evidence
     assert ff is not None
@@ -73,38 +107,50 @@ def _first_failing(r: CompareResult) -> list[str]:
     lines = ["## First failing op", "",
              "| tensor | op | type | position | target SQNR | floor SQNR | jump | local SQNR | local expected |",
              "|---|---|---|---|---|---|---|---|---|",
-             f"| `{ff.tensor}` | `{ff.op}` | {ff.op_type} | {ff.position} | {_f(ev.get('target_sqnr_db'))} dB | "
-             f"{_f(ev.get('floor_sqnr_db'))} dB | {_f(ev.get('jump_db'))} dB | {_f(le.sqnr_db if le else None)} dB | "
-             f"{_f(le.expected_sqnr_db if le else None)} dB |", ""]
+             f"| `{ff.tensor}` | `{ff.op}` | {ff.op_type} | {ff.position} | {fmt.db_unit(ev.get('target_sqnr_db'))} | "
+             f"{fmt.db_unit(ev.get('floor_sqnr_db'))} | {fmt.amount(ev.get('jump_db'))} dB | "
+             f"{fmt.db_unit(le.sqnr_db if le else None)} | {fmt.db_unit(le.expected_sqnr_db if le else None)} |", ""]
     if le is not None and len(le.segment) > 1:
         lines += [f"Re-run as one segment (tensors between them were not dumped): {', '.join(le.segment)}.", ""]
     trials = ev.get("trials") or []
     if trials:
         lines += ["Alternative semantics re-run on CPU with the target's inputs (SQNR against the target's output):", "",
                   "| pattern | variant | SQNR | reproduces |", "|---|---|---|---|"]
-        lines += [f"| {t['pattern']} | {t['variant']} | {_f(t['sqnr_db'])} dB | {'**yes**' if t['matched'] else 'no'} |"
+        lines += [f"| {t['pattern']} | {t['variant']} | {fmt.db_unit(t['sqnr_db'])} | {'**yes**' if t['matched'] else 'no'} |"
                   for t in trials]
         lines.append("")
     return lines
+
+
+def _aliases(r: CompareResult) -> str:
+    n = r.counts.get("aliases", 0)
+    return f" ({n} of them target stages standing for a model tensor, shown as `stage ≡ tensor`)" if n else ""
+
+
+def _first_row_name(r: CompareResult) -> str | None:
+    """The row of the first failing tensor: the target tensor that stood for it, or the tensor itself."""
+    ff = r.first_failing
+    return None if ff is None else ff.observed_as or ff.tensor
 
 
 def _rows_table(r: CompareResult) -> list[str]:
     rows = r.tensors
     pick: list[TensorRow] = []
     if r.first_failing is not None:
-        idx = next((i for i, row in enumerate(rows) if row.name == r.first_failing.tensor), 0)
+        idx = next((i for i, row in enumerate(rows) if row.name == _first_row_name(r)), 0)
         pick = rows[max(0, idx - 4) : idx + 6]
     worst = sorted((row for row in rows if row not in pick), key=lambda x: -(x.excess_db or 0.0))
     pick = sorted([*pick, *worst[: max(0, MAX_ROWS - len(pick))]], key=lambda x: x.position)
     out = [f"## Tensors ({len(pick)} of {len(rows)}: around the first failing op and the worst; all in {JSON_FILE})", "",
+           _excess_legend(r), "",
            "| pos | tensor | op type | SQNR target | SQNR floor | excess | jump | diff rate | cosine | status |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for row in pick:
         m, f = row.metrics, row.floor_metrics or {}
-        mark = " ⟵" if r.first_failing is not None and row.name == r.first_failing.tensor else ""
-        out.append(f"| {row.position} | `{row.name}`{mark} | {row.op_type or 'input'} | {_f(m.get('sqnr_db'))} | "
-                   f"{_f(f.get('sqnr_db'))} | {_f(row.excess_db)} | {_f(row.jump_db)} | {_f(m.get('diff_rate'), '.2e')} | "
-                   f"{_f(m.get('cosine'), '.6f')} | {row.status} |")
+        mark = " ⟵" if r.first_failing is not None and row.name == _first_row_name(r) else ""
+        out.append(f"| {row.position} | `{row.label or row.name}`{mark} | {row.op_type or 'input'} | {fmt.db(m.get('sqnr_db'))} | "
+                   f"{fmt.db(f.get('sqnr_db'))} | {fmt.amount(row.excess_db)} | {fmt.amount(row.jump_db)} | "
+                   f"{fmt.rel(m.get('diff_rate'))} | {_cos(m.get('cosine'))} | {row.status} |")
     return [*out, ""]
 
 
@@ -114,8 +160,8 @@ def _outputs(r: CompareResult) -> list[str]:
         return []
     out = ["## Model outputs", "", "| output | SQNR target | SQNR floor | diff rate | cosine |", "|---|---|---|---|---|"]
     for name, m in e2e.items():
-        out.append(f"| `{name}` | {_f(m.get('sqnr_db'))} dB | {_f(m.get('floor_sqnr_db'))} dB | "
-                   f"{_f(m.get('diff_rate'), '.2e')} | {_f(m.get('cosine'), '.6f')} |")
+        out.append(f"| `{name}` | {fmt.db_unit(m.get('sqnr_db'))} | {fmt.db_unit(m.get('floor_sqnr_db'))} | "
+                   f"{fmt.rel(m.get('diff_rate'))} | {_cos(m.get('cosine'))} |")
     out += ["", "Cosine is shown for completeness only: it recovers with depth while the error stays, so the verdict "
             "never uses it.", ""]
     return out

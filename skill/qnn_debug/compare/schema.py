@@ -3,6 +3,8 @@
 The names ``first_failing``, ``verdict`` (``kind``/``pattern``/``confidence``/``summary``/``evidence``),
 ``tensors`` (``name, op, op_type, position, metrics, floor_metrics``), ``observer_effect_db`` and
 ``unaligned`` are the public contract of ``qnn-debug compare --json``. Add fields; never rename them.
+Added: ``tensors[].stands_for/equivalence/label`` (alias rows), ``first_failing.observed_as``, ``counts.aliases``.
+``next_steps`` (added) is computed from the rest of the result whenever it is dumped.
 Only pydantic is imported here, so the CLI and the MCP server can load the schema for free.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 SCHEMA_VERSION = 1
 
@@ -45,11 +47,12 @@ class LocalError(BaseModel):
 
 
 class FirstFailing(BaseModel):
-    tensor: str
+    tensor: str  # a reference tensor name
     op: str | None
     op_type: str | None
     position: int
     local_error: LocalError | None = None
+    observed_as: str | None = None  # the target tensor that stands for ``tensor`` (an alias row), if not itself
 
 
 class Verdict(BaseModel):
@@ -61,7 +64,13 @@ class Verdict(BaseModel):
 
 
 class TensorRow(BaseModel):
-    """One aligned tensor: target vs reference (``metrics``) and floor vs reference (``floor_metrics``)."""
+    """One aligned tensor: target vs reference (``metrics``) and floor vs reference (``floor_metrics``).
+
+    An **alias row** is a target tensor the reference does not have that stands for a reference tensor
+    (a backend cast stage, a layout copy, a pre-activation stage): ``name`` is the target's name,
+    ``stands_for`` the reference tensor it is compared with, ``label`` reads ``x@cast ≡ x``. Op, op type and
+    position are the reference tensor's, so its rows sit where that tensor sits in execution order.
+    """
 
     name: str
     op: str | None = None
@@ -75,6 +84,9 @@ class TensorRow(BaseModel):
     layout: str | None = None  # how the target tensor was brought to the reference layout
     target_name: str | None = None
     quantized: bool = False
+    stands_for: str | None = None  # alias rows: the reference tensor compared against
+    equivalence: str | None = None  # alias rows: why the target tensor holds that tensor's values
+    label: str | None = None  # alias rows: "<target name> ≡ <reference name>"
 
 
 class UnalignedRow(BaseModel):
@@ -107,3 +119,12 @@ class CompareResult(BaseModel):
     thresholds: dict[str, Any] = Field(default_factory=dict)
     report_files: dict[str, str] = Field(default_factory=dict)
     elapsed_s: float | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def next_steps(self) -> list[str]:
+        """What to run next for this verdict (commands with the MCP tool in brackets, playbooks); derived from the
+        rest of the result on every dump, so it always matches the paths and verdict (see ``next_steps``)."""
+        from .next_steps import next_steps
+
+        return next_steps(self)

@@ -2,7 +2,8 @@
 
 Decision order (never from end-to-end error or cosine alone — cosine recovers with depth while the error
 stays):
-1. the target's copy of a graph input is all zeros → ``input_not_copied`` (MNN ``shapeMutable=true``);
+1. the target's copy of a graph input is all zeros → ``input_not_copied`` (MNN ``shapeMutable=true``), the
+   first failing op being the first op that reads that input;
 2. the first suspect (a jump beyond the floor) whose *local* error is large is a wrong op →
    ``real_bug``, or ``input_not_copied`` when it reads a graph input and behaves as if it were zeros;
 3. otherwise a quantized target → ``quantization``; a target clearly worse than the floor (or with
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import fmt
 from .local_error import local_limit_db
 from .localize import OpNode, Suspect
 from .patterns import Trial
@@ -37,24 +39,35 @@ class Finding:
 
 @dataclass
 class Findings:
-    rows: dict[str, TensorRow]
+    rows: dict[str, TensorRow]  # reference tensor -> the row localisation used (its first observation)
     findings: list[Finding]
     quantized: bool
     outputs: list[str]
     zero_inputs: list[str] = field(default_factory=list)  # graph inputs the target holds as all zeros
-    input_consumers: dict[str, str] = field(default_factory=dict)  # graph input -> first consuming op
+    zero_observations: dict[str, list[str]] = field(default_factory=dict)  # ... and the target tensors that are
+    input_consumers: dict[str, OpNode] = field(default_factory=dict)  # graph input -> first consuming op
     local_unavailable: str | None = None  # why no op could be re-run (no model, ...)
     observer_effect_db: dict[str, float] | None = None
     has_floor: bool = True  # False: excess was judged against the fixed fp16 level, not a floor run
+    all_rows: list[TensorRow] = field(default_factory=list)  # every row, aliases included (default: ``rows``)
+
+    def every_row(self) -> list[TensorRow]:
+        return self.all_rows or list(self.rows.values())
 
 
 def _r(x: float | None, nd: int = 1) -> float | None:
     return None if x is None else round(float(x), nd)
 
 
+def _ref_name(row: TensorRow) -> str:
+    """The reference tensor a row compares against (its own name unless it is an alias row)."""
+    return row.stands_for or row.name
+
+
 def _row_evidence(row: TensorRow) -> dict[str, Any]:
     m, f = row.metrics, row.floor_metrics or {}
-    return {"tensor": row.name, "op": row.op, "op_type": row.op_type, "position": row.position,
+    seen = {"observed_as": row.name} if row.stands_for else {}
+    return {"tensor": _ref_name(row), **seen, "op": row.op, "op_type": row.op_type, "position": row.position,
             "target_sqnr_db": _r(m.get("sqnr_db")), "floor_sqnr_db": _r(f.get("sqnr_db")),
             "target_diff_rate": m.get("diff_rate"), "floor_diff_rate": f.get("diff_rate"),
             "cosine": m.get("cosine"), "excess_db": _r(row.excess_db), "jump_db": _r(row.jump_db)}
@@ -62,8 +75,9 @@ def _row_evidence(row: TensorRow) -> dict[str, Any]:
 
 def _end_to_end(fs: Findings) -> dict[str, Any]:
     out = {}
+    direct = {r.name: r for r in fs.every_row() if r.stands_for is None}
     for name in fs.outputs:
-        row = fs.rows.get(name)
+        row = direct.get(name) or fs.rows.get(name)  # the output as the application reads it
         if row is not None:
             out[name] = {"sqnr_db": _r(row.metrics.get("sqnr_db")), "diff_rate": row.metrics.get("diff_rate"),
                          "cosine": row.metrics.get("cosine"),
@@ -72,8 +86,25 @@ def _end_to_end(fs: Findings) -> dict[str, Any]:
 
 
 def _worst(fs: Findings) -> TensorRow | None:
-    judged = [r for r in fs.rows.values() if r.excess_db is not None]
+    judged = [r for r in fs.every_row() if r.excess_db is not None]
     return max(judged, key=lambda r: r.excess_db or 0.0) if judged else None
+
+
+def _below(row: TensorRow, fs: Findings, th: Thresholds) -> str:
+    """'20.4 dB below the 60 dB fp16 level (the floor is exact; …)': the excess and what it is measured from."""
+    return fmt.shortfall(row.excess_db, (row.floor_metrics or {}).get("sqnr_db"), th.floor_cap_db,
+                         has_floor=fs.has_floor, quantized=fs.quantized)
+
+
+def _quant_worst(row: TensorRow, fs: Findings, th: Thresholds) -> str:
+    """The worst quantized tensor in words: what the fp16 floor means there, and that the step is the yardstick."""
+    floor = (row.floor_metrics or {}).get("sqnr_db")
+    head = f"the worst tensor {row.name!r} has SQNR {fmt.db_unit(row.metrics.get('sqnr_db'))} against the reference"
+    if fs.has_floor and floor is not None and floor >= th.floor_cap_db:
+        return (f"{head}, {fmt.amount(row.excess_db)} dB short of the {th.floor_cap_db:g} dB fp16 level; no fp16 floor "
+                f"applies there (fp16 rounding leaves its quantized values unchanged: the floor is "
+                f"{fmt.db_unit(floor)}), so the quantization step is the yardstick")
+    return f"{head}, {_below(row, fs, th)}, which is what quantization costs; the quantization step is the yardstick"
 
 
 def _confirmed(fs: Findings) -> Finding | None:
@@ -95,14 +126,7 @@ def decide(fs: Findings, th: Thresholds) -> tuple[Verdict, FirstFailing | None]:
         base["worst_excess"] = {"tensor": worst.name, "excess_db": _r(worst.excess_db)}
 
     if fs.zero_inputs:
-        name = fs.zero_inputs[0]
-        consumer = fs.input_consumers.get(name)
-        ev = {**base, "input": name, "first_consumer": consumer,
-              "detail": "the target's copy of this graph input is all zeros while the reference input is not"}
-        return (Verdict(kind="input_not_copied", pattern="zero_input", confidence=0.95,
-                        summary=f"The model input {name!r} never reached the target: its copy there is all zeros "
-                                f"(MNN online QNN needs shapeMutable=false).", evidence=ev),
-                FirstFailing(tensor=name, op=None, op_type=None, position=-1))
+        return _zero_input_verdict(fs, base)
 
     hit = _confirmed(fs)
     if hit is not None:
@@ -125,37 +149,59 @@ def decide(fs: Findings, th: Thresholds) -> tuple[Verdict, FirstFailing | None]:
             # no way to re-run the op: a huge jump is still most likely a bug, but say how sure we are
             return (Verdict(kind="real_bug", pattern="none", confidence=0.45,
                             summary=f"{_op_words(first)} is the first op whose output departs from the reference "
-                                    f"({_r(s0.jump_db)} dB jump beyond {floor}); it could not be "
+                                    f"({fmt.amount(s0.jump_db)} dB jump beyond {floor}); it could not be "
                                     f"re-run to confirm ({why}).",
                             evidence={**ev, **_row_evidence(first)}),
-                    FirstFailing(tensor=first.name, op=first.op, op_type=first.op_type, position=first.position))
+                    FirstFailing(tensor=_ref_name(first), op=first.op, op_type=first.op_type, position=first.position,
+                                 observed_as=first.name if first.stands_for else None))
     if fs.quantized:
         if checked:
             sq = [f.local.sqnr_db for f in checked if f.local and f.local.sqnr_db is not None]
             lsb = [f.local.max_err_lsb for f in checked if f.local and f.local.max_err_lsb is not None]
-            clause = (f"the {len(checked)} op(s) where it jumps reproduce the target on their own inputs within "
-                      f"quantization noise (local SQNR ≥ {_r(min(sq)) if sq else '–'} dB"
-                      f"{f', worst {max(lsb):.3g} steps' if lsb else ''})")
+            clause = (f"the {len(checked)} op(s) where the error jumps reproduce the target on their own inputs "
+                      f"within quantization noise (local SQNR ≥ {fmt.db_unit(min(sq)) if sq else fmt.NONE}"
+                      f"{f', worst {fmt.amount(max(lsb))} of the {th.quant_lsb_ok:g} quantization steps allowed' if lsb else ''})")
         else:
             clause = "no op's error jumps beyond what its inputs already carry"
-        worst_txt = (f"the worst tensor {worst.name!r} is {_r(worst.excess_db)} dB below {floor} "
-                     f"(SQNR {_r(worst.metrics.get('sqnr_db'))} dB)" if worst else "no tensor could be judged")
+        worst_txt = _quant_worst(worst, fs, th) if worst else "no tensor could be judged"
         return (Verdict(kind="quantization", pattern="none", confidence=0.85 if checked else 0.7,
-                        summary=f"Quantization error, not a bug: {worst_txt}, and {clause}.",
+                        summary=f"Quantization error, not a bug: {worst_txt}; {clause}.",
                         evidence={**ev, "checked_ops": len(checked)}), None)
     degraded = worst is not None and (worst.excess_db or 0.0) >= th.excess_ok_db
     if degraded or suspects:
-        where = f"{_r(worst.excess_db)} dB worse than {floor} at {worst.name!r}" if worst else f"worse than {floor}"
+        where = (f"the worst tensor {worst.name!r} has SQNR {fmt.db_unit(worst.metrics.get('sqnr_db'))}, "
+                 f"{_below(worst, fs, th)}" if worst else f"the target is worse than {floor}")
         why = ("no op shows a jump beyond the floor" if not suspects else
                "every suspect op reproduces the target on its own inputs" if not unresolved else
                f"{len(unresolved)} suspect op(s) could not be re-run to tell (see evidence)")
         return (Verdict(kind="precision", pattern="none", confidence=0.55 if unresolved else 0.75,
-                        summary=f"Precision, not a wrong op: the target is {where}, but {why}.", evidence=ev), None)
+                        summary=f"Precision, not a wrong op: {where}, but {why}.", evidence=ev), None)
     summary = f"Healthy: every tensor is at the error level of {floor}."
     if worst is not None and (worst.excess_db or 0.0) >= 0.05:
         summary = (f"Healthy: every tensor is within {th.excess_ok_db:g} dB of {floor} "
-                   f"(worst {worst.name!r}, {_r(worst.excess_db)} dB).")
+                   f"(worst {worst.name!r}, {fmt.amount(worst.excess_db)} dB).")
     return Verdict(kind="ok", pattern="none", confidence=0.9 if fs.rows else 0.3, summary=summary, evidence=ev), None
+
+
+def _zero_input_verdict(fs: Findings, base: dict[str, Any]) -> tuple[Verdict, FirstFailing]:
+    """The input never reached the target: the first op reading it is where the run goes wrong."""
+    name = fs.zero_inputs[0]
+    consumer = fs.input_consumers.get(name)
+    ev: dict[str, Any] = {**base, "input": name, "first_consumer": consumer.name if consumer else None,
+                          "zero_observations": fs.zero_observations.get(name, [name]),
+                          "detail": "the target's copy of this graph input is all zeros while the reference input is not"}
+    first = FirstFailing(tensor=name, op=None, op_type=None, position=-1)
+    if consumer is not None:
+        out = consumer.outputs[0] if consumer.outputs else name
+        row = fs.rows.get(out)
+        if row is not None:  # its numbers, as for any first failing op (the input itself is in "input")
+            ev = {**ev, **_row_evidence(row)}
+        first = FirstFailing(tensor=out, op=consumer.name, op_type=consumer.op_type, position=consumer.position,
+                             observed_as=row.name if row is not None and row.stands_for else None)
+    reads = f"; {consumer.name} ({consumer.op_type}) is the first op to read it" if consumer else ""
+    return (Verdict(kind="input_not_copied", pattern="zero_input", confidence=0.95,
+                    summary=f"The model input {name!r} never reached the target: its copy there is all zeros"
+                            f"{reads} (MNN online QNN needs shapeMutable=false).", evidence=ev), first)
 
 
 def _op_words(row: TensorRow) -> str:
@@ -196,24 +242,25 @@ def _bug_verdict(fs: Findings, hit: Finding, base: dict[str, Any], th: Threshold
     if others:
         ev["later_suspects"] = [{"tensor": o.tensor, "op": o.op.name, "jump_db": _r(o.jump_db)} for o in others[:5]]
     what = _pattern_words(pattern, hit.best)
-    first = FirstFailing(tensor=row.name, op=row.op, op_type=row.op_type, position=row.position, local_error=le)
+    first = FirstFailing(tensor=_ref_name(row), op=row.op, op_type=row.op_type, position=row.position, local_error=le,
+                         observed_as=row.name if row.stands_for else None)
     words = _op_words(row)
     if hit.pinned is not None:  # the culprit is an op whose output the target never dumped
         p = hit.pinned
-        first = FirstFailing(tensor=p.outputs[0] if p.outputs else row.name, op=p.name, op_type=p.op_type,
+        first = FirstFailing(tensor=p.outputs[0] if p.outputs else _ref_name(row), op=p.name, op_type=p.op_type,
                              position=p.position, local_error=le)
-        words = f"{p.name} ({p.op_type}, position {p.position}; its output was not dumped, first seen in {row.name!r})"
+        words = f"{p.name} ({p.op_type}, position {p.position}; its output was not dumped, first seen in {_ref_name(row)!r})"
         ev["pinned_by_pattern"] = p.name
     if kind == "input_not_copied":
         summary = (f"{words} reads the model input as zeros: its output is what it computes on an all-zero "
                    f"input{' (its bias per channel)' if pattern == 'bias_only' else ''} — the input was not copied "
                    f"(MNN online QNN needs shapeMutable=false).")
     else:
-        allowed = (f"{th.quant_lsb_ok:g} quantization steps (it is off by {le.max_err_lsb:g})"
+        allowed = (f"{th.quant_lsb_ok:g} quantization steps (it is off by {fmt.amount(le.max_err_lsb)})"
                    if le.max_err_lsb is not None else
-                   f"≥{_r(th.quant_local_ok_db)} dB" if fs.quantized else f"≥{_r(local_limit_db(le, th))} dB")
+                   f"≥ {fmt.db_unit(th.quant_local_ok_db)}" if fs.quantized else f"≥ {fmt.db_unit(local_limit_db(le, th))}")
         summary = (f"{words} is the first failing op: on the target's own inputs it gives "
-                   f"{_r(le.sqnr_db)} dB SQNR where {'quantization' if fs.quantized else 'fp16'} allows {allowed}"
+                   f"SQNR {fmt.db_unit(le.sqnr_db)} where {'quantization' if fs.quantized else 'fp16'} allows {allowed}"
                    f"{'; ' + what if what else ''}.")
     return (Verdict(kind=kind, pattern=pattern, confidence=round(max(0.05, min(0.99, confidence)), 2),
                     summary=summary, evidence=ev), first)

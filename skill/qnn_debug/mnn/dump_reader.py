@@ -10,6 +10,9 @@ dumped tensor, in QNN dtype and QNN layout. Facts this module encodes:
 - MNN NC4HW4 tensors are declared channel-last in QNN (``[d0, d2, …, d1]``), so they are transposed
   back to the model's layout;
 - quantized tensors (SCALE_OFFSET) dequantize as ``f = (q + offset) * scale`` (QNN's sign);
+- cast/dequant stages, ConvertTensor copies and pre-activation stages hold the values of a model tensor;
+  each imported tensor records which (``TensorRecord.equivalent``, see :mod:`.equivalence`), and such
+  tensors are brought to the layout of the tensor they stand for;
 - MNN never clears the dump directory and restarts numbering at 0 each run, so files of an older,
   longer run linger: they are detected (not in the chosen manifest, or manifests older than the ones
   before them) and reported, never silently read.
@@ -27,7 +30,18 @@ from pydantic import BaseModel, Field
 
 from ..errors import BadInputError
 from ..progress import NULL_PROGRESS, Progress
-from ..runstore import InputInfo, ModelInfo, Run, RunRecord, RunWriter, TensorKind, TensorSpec, sha256_file
+from ..runstore import (
+    Equivalence,
+    InputInfo,
+    ModelInfo,
+    Run,
+    RunRecord,
+    RunWriter,
+    TensorKind,
+    TensorSpec,
+    sha256_file,
+)
+from . import equivalence
 from .model_reader import MnnModel, MnnOp, read_mnn_model
 from .qnn_types import ENC_SCALE_OFFSET, data_type, encoding_name
 
@@ -260,6 +274,11 @@ class _Placement(BaseModel):
     label: str | None = None
     layout_of: int | None = None  # tensor index whose data format applies
     reference_name: str | None = None  # model tensor name whose shape applies
+    equivalent: Equivalence | None = None  # the model tensor(s) this one holds the values of
+
+    def shape_names(self) -> list[str]:
+        """Model tensors whose model-layout shape this tensor has, best first."""
+        return [self.reference_name or self.name, *(self.equivalent.of if self.equivalent else [])]
 
 
 def _place(entry: DumpEntry, model: MnnModel | None) -> _Placement:
@@ -280,7 +299,7 @@ def _place(entry: DumpEntry, model: MnnModel | None) -> _Placement:
         if stage is None:
             kind: TensorKind = "input" if is_input else "output" if tname in model.output_names else "activation"
             return _Placement(name=tname, kind=kind, op=None if is_input else op, position=position, order=0.5,
-                              layout_of=idx, reference_name=tname)
+                              layout_of=idx, reference_name=tname, equivalent=equivalence.of_tensor(model, idx))
         dt = data_type(entry.data_type)
         # a quantized output's pre-Dequantize tensor is also called t<N>_cast in fp16 mode (onAcquire order)
         converter = "Dequantize" if stage == "dequant" or (dt is not None and dt.fixed_point) else "Cast"
@@ -288,12 +307,14 @@ def _place(entry: DumpEntry, model: MnnModel | None) -> _Placement:
                  else f"{tname} before the backend's fp32 {converter}" if tname in model.output_names
                  else f"{stage} stage of {tname}")
         return _Placement(name=f"{tname}@{stage}", kind="stage", op=None if is_input else op, position=position,
-                          order=1.0 if is_input else 0.0, label=label, layout_of=idx, reference_name=tname)
+                          order=1.0 if is_input else 0.0, label=label, layout_of=idx, reference_name=tname,
+                          equivalent=equivalence.of_cast(model, idx, stage))
     op, stage_name = _stage_op(entry.name, model)
     if op is not None:
         return _Placement(name=f"{op.name}@{stage_name}", kind="stage", op=op, position=op.position, order=0.25,
                           label=f"internal stage {stage_name} of op {op.name} ({op.type_name})",
-                          layout_of=op.outputs[0] if op.outputs else None)
+                          layout_of=op.outputs[0] if op.outputs else None,
+                          equivalent=equivalence.of_stage(model, op, stage_name))
     return _Placement(name=entry.name or f"unnamed_{entry.index}", kind="stage", position=len(model.ops),
                       label="backend tensor not traceable to an op of the model")
 
@@ -328,7 +349,7 @@ def _layout(dims: list[int], place: _Placement, model: MnnModel | None, shapes: 
     fmt = model.tensor_format(place.layout_of) if model is not None and place.layout_of is not None else "UNKNOWN"
     channel_last = fmt == "NC4HW4" and len(dims) >= 3
     restored = f"restored NCHW from NHWC {_x(dims)}"
-    want = shapes.get(place.reference_name or place.name)
+    want = next((shapes[n] for n in place.shape_names() if n in shapes), None)
     if want is not None:
         want = list(want)
         fits_as_is = dims == want
@@ -452,6 +473,7 @@ def import_mnn_dump(
                 raw=raw,
                 scale=entry.scale if raw is not None else None,
                 offset=entry.offset if raw is not None else None,
+                equivalent=place.equivalent,
             )
             advance()
     record.warnings = run_warnings

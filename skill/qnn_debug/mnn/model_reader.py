@@ -79,6 +79,8 @@ _DATA_TYPES = {
 }
 _INPUT_DEFAULT_FORMAT = 2  # Input.dformat defaults to NC4HW4 in the schema
 _INPUT_DEFAULT_DTYPE = 1  # DT_FLOAT
+# ops that only change the data format (NC4HW4 <-> NCHW): same values on input and output
+LAYOUT_ONLY_OPS = frozenset({"ConvertTensor"})
 
 
 class MnnOp(BaseModel):
@@ -141,6 +143,17 @@ class MnnModel(BaseModel):
     @cached_property
     def _ops_by_sanitized_name(self) -> dict[str, MnnOp]:
         return {qnn_node_name(op.name): op for op in self.ops if op.name}
+
+    @cached_property
+    def layout_links(self) -> dict[int, list[int]]:
+        """Tensor index → tensors a layout-only op copies it to or from (both directions)."""
+        links: dict[int, list[int]] = {}
+        for op in self.ops:
+            if op.type_name in LAYOUT_ONLY_OPS and op.inputs and op.outputs and op.inputs[0] >= 0:
+                a, b = op.inputs[0], op.outputs[0]
+                links.setdefault(a, []).append(b)
+                links.setdefault(b, []).append(a)
+        return links
 
     def tensor_name(self, index: int) -> str | None:
         return self.tensor_names[index] if 0 <= index < len(self.tensor_names) else None

@@ -1,0 +1,193 @@
+"""What to do after a verdict: real ``qnn-debug`` commands (MCP tool in brackets) and the matching playbook.
+
+A verdict without a next step leaves the user stuck exactly when the answer is "precision, no single op"
+(PP-OCR rec on the simulator: ~18 dB below the floor, no op to blame). The steps are derived from the
+comparison alone — its paths, verdict, op types and observer effect — so the CLI, the MCP tools, the
+report and the engine API all show the same ones (``CompareResult.next_steps``).
+
+Why these steps (measured on the HTP simulator): marking every tensor blocks ORT's graph fusions, and
+fusions change HTP numerics as a whole-graph effect — PP-OCR rec's output went from 30.8 dB (unmarked)
+to 46.3 dB with ``ConvBNFusion`` off, MiniLM's from 37.8 dB to 48.3 dB with ``MatMulAddFusion`` off. So
+a precision verdict is followed by a re-dump with the fusion off and by the unmarked outputs, which
+every htp-sim run keeps in ``unmarked_outputs.npz``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..baseline import INPUTS_FILE, REFERENCE_DIR
+from . import fmt
+
+if TYPE_CHECKING:
+    from .schema import CompareResult
+
+WRONG_NUMBERS = "playbooks/wrong-numbers.md"
+SHAPE_MUTABLE = "playbooks/shape-mutable.md"
+UNMARKED_OUTPUTS = "unmarked_outputs.npz"  # written by every htp-sim run (workers/htp_worker.py)
+DEFAULT_SOC = 69
+# Marked vs unmarked outputs closer than this to the output's own error: marking changed what is measured.
+OBSERVER_MARGIN_DB = 10.0
+
+
+def next_steps(r: CompareResult) -> list[str]:
+    """The steps for ``r``'s verdict, most useful first; none for a healthy run."""
+    kind = r.verdict.kind
+    if kind == "precision":
+        return _precision(r)
+    if kind == "real_bug":
+        return _real_bug(r)
+    if kind == "input_not_copied":
+        return _input_not_copied()
+    if kind == "quantization":
+        return _quantization(r)
+    return []
+
+
+def _q(path: str | Path) -> str:
+    """A path as it can be pasted into a shell."""
+    return shlex.quote(str(path))
+
+
+def _baseline_dir(r: CompareResult) -> Path:
+    """The baseline directory when the reference is a baseline's ``reference/`` run, else the reference itself."""
+    ref = Path(r.reference)
+    return ref.parent if ref.name == REFERENCE_DIR and r.floor is not None else ref
+
+
+def _inputs_arg(r: CompareResult) -> str:
+    ref = Path(r.reference)
+    inputs = _baseline_dir(r) / INPUTS_FILE if ref.name == REFERENCE_DIR else Path("INPUTS.npz")
+    return f"--inputs {_q(inputs)}"
+
+
+def _model(r: CompareResult) -> str:
+    return _q(r.model) if r.model else "MODEL.onnx"
+
+
+def _is_htp_sim(r: CompareResult) -> bool:
+    """Only htp-sim runs measure the observer effect (they also keep the unmarked outputs)."""
+    return r.target_kind == "run" and r.observer_effect_db is not None
+
+
+def _fusions(r: CompareResult) -> list[str]:
+    """ORT fusions that changed HTP numerics in measured models and that this graph offers."""
+    types = {t.op_type for t in r.tensors if t.op_type}
+    found = []
+    if "Conv" in types and "BatchNormalization" in types:
+        found.append("ConvBNFusion")
+    if "MatMul" in types and "Add" in types:  # transformer graphs
+        found.append("MatMulAddFusion")
+    return found
+
+
+def _precision(r: CompareResult) -> list[str]:
+    if not _is_htp_sim(r):
+        return _precision_mnn(r)
+    base, run = _baseline_dir(r), Path(r.target)
+    steps = [_observer_step(r, base, run)]
+    fusions = _fusions(r)
+    for opt in fusions:
+        steps.append(_redump_step(r, base, run, [opt], f"ORT's {opt} off"))
+    if not fusions:  # neither measured culprit is in this graph: try the other known fusions in one go
+        steps.append(_redump_step(r, base, run, _other_fusions(), "the other ORT fusions off"))
+    steps.append(f"If none of this changes the error, the loss is HTP's fp16 arithmetic itself (rounding accumulated "
+                 f"along the graph, or a LUT op such as Sigmoid or Softmax amplified downstream), not a wrong op: "
+                 f"see {WRONG_NUMBERS} (fp16 noise vs bug).")
+    return steps
+
+
+def _other_fusions() -> list[str]:
+    from ..targets.htp_sim import KNOWN_OPTIMIZERS
+
+    return [o for o in KNOWN_OPTIMIZERS if o not in ("ConvBNFusion", "MatMulAddFusion")]
+
+
+def _redump_step(r: CompareResult, base: Path, run: Path, optimizers: list[str], what: str) -> str:
+    """Re-dump on the simulator with ``optimizers`` disabled, then compare marked tensors and unmarked outputs."""
+    precision = f" --precision {r.precision}" if r.precision in ("fp16", "quantized") else ""
+    new = run.with_name(f"{run.name}-no-{'-'.join(optimizers) if len(optimizers) == 1 else 'fusions'}")
+    return (f"Re-dump with {what} and compare again (fusions change HTP numerics; marking blocks some of them): "
+            f"`qnn-debug dump {_model(r)} --target htp-sim{precision} {_inputs_arg(r)} "
+            f"--option disabled_optimizers={','.join(optimizers)} --out {_q(new)}` [dump_qnn] (add the original "
+            f"--soc/--arch if not soc {DEFAULT_SOC}), then `qnn-debug compare {_q(base)} {_q(new)}` and "
+            f"`qnn-debug compare {_q(base)} {_q(new / UNMARKED_OUTPUTS)}` [compare].")
+
+
+def _observer_step(r: CompareResult, base: Path, run: Path) -> str:
+    """Compare the unmarked outputs (the graph as shipped) with the marked per-layer errors."""
+    effect = r.observer_effect_db or {}
+    marked = {t.name: t.metrics.get("sqnr_db") for t in r.tensors if t.name in effect}
+    pairs = "; ".join(f"{k}: marked output SQNR {fmt.db_unit(marked.get(k))}, marked vs unmarked {fmt.observer(v)}"
+                      for k, v in effect.items())
+    return (f"Compare the unmarked output error with these marked per-layer errors: "
+            f"`qnn-debug compare {_q(base)} {_q(run / UNMARKED_OUTPUTS)}` [compare] measures the outputs of the "
+            f"graph as shipped (no tensor marked). Observer effect here ({pairs}): {_observer_reading(marked, effect)}")
+
+
+def _observer_reading(marked: dict[str, float | None], effect: dict[str, float]) -> str:
+    """Whether marking moved the outputs by as much as their error (then the per-layer numbers mislead)."""
+    close = [k for k, v in effect.items() if marked.get(k) is not None and v < (marked[k] or 0.0) + OBSERVER_MARGIN_DB]
+    if close:
+        return (f"marking moved {', '.join(close)} by about as much as the error itself, so the marked per-layer "
+                f"errors describe a different graph; trust the unmarked comparison and bisect with the fusions below.")
+    return ("marking barely moved the outputs compared with their error, so the marked per-layer errors describe "
+            "the graph as shipped.")
+
+
+def _precision_mnn(r: CompareResult) -> list[str]:
+    """MNN targets (device, host, MNN dumps): ORT fusions do not apply; check fp16 itself."""
+    return [
+        f"Confirm fp16 is the cause by running the .mnn in fp32 on QNN: `qnn-debug run MODEL.mnn --target device "
+        f"--precision high --baseline {_q(_baseline_dir(r))}` [run_on_device]; if the error disappears, it is fp16, "
+        f"not a wrong op.",
+        f"See how the same ONNX model behaves on the simulator, where fusion effects can be toggled: "
+        f"`qnn-debug diagnose {_model(r)} --target htp-sim` [diagnose].",
+        f"Background: {WRONG_NUMBERS} (fp16 noise vs bug).",
+    ]
+
+
+def _real_bug(r: CompareResult) -> list[str]:
+    ff = r.first_failing
+    steps = []
+    if ff is not None and ff.op_type:
+        steps.append(f"Check {ff.op_type}'s QNN/HTP constraints and known MNN traps, and try it alone on the simulator: "
+                     f"`qnn-debug op {shlex.quote(ff.op_type)} --probe` [lookup_op_constraints].")
+    pattern = f" for the `{r.verdict.pattern}` pattern" if r.verdict.pattern != "none" else ""
+    steps.append(f"Follow {WRONG_NUMBERS}{pattern}: the classic causes of a wrong op in MNN's QNN backend and "
+                 f"how to confirm each.")
+    if "local_error" in r.verdict.evidence:
+        steps.append(f"Let compare re-run the op on CPU to confirm: `qnn-debug compare {_q(_baseline_dir(r))} "
+                     f"{_q(r.target)} --model {_model(r)}` [compare].")
+    return steps
+
+
+def _input_not_copied() -> list[str]:
+    return [
+        "Set shapeMutable to false in the MNN test dir the run used: `qnn-debug toggle-shape-mutable TESTDIR "
+        "--value false` [toggle_shapeMutable], run it again (`qnn-debug run MODEL.mnn --testdir TESTDIR` "
+        "[run_on_device]) and compare again.",
+        f"Why online QNN needs it, and the other shape traps: {SHAPE_MUTABLE}.",
+    ]
+
+
+def _quantization(r: CompareResult) -> list[str]:
+    worst = r.verdict.evidence.get("worst_excess", {}).get("tensor")
+    row = next((t for t in r.tensors if t.name == worst), None)
+    where = f"{worst!r}" if worst else "the worst tensor"
+    span = ""
+    if row is not None and row.metrics.get("max_abs_ref") is not None:
+        span = f" (its reference values reach ±{row.metrics['max_abs_ref']:.3g})"
+    return [
+        f"Check the encodings and calibration of {where}: its scale/offset (`tensors[].quant` in "
+        f"{_q(Path(r.target) / 'run.json')}) against its real value range{span}; a range calibrated much wider "
+        f"than the data wastes steps, a narrower one clips.",
+        "If the encodings match the data but the loss is too large, re-calibrate with representative inputs or "
+        "16-bit activations (onnxruntime.quantization get_qnn_qdq_config, activation_type=QUInt16) and run "
+        "`qnn-debug diagnose QDQ_MODEL.onnx --precision quantized` [diagnose] again.",
+        f"To see what quantization costs against fp32, build a baseline of the float model on the same inputs "
+        f"(`qnn-debug baseline FLOAT_MODEL.onnx {_inputs_arg(r)}` [baseline]) and compare this run with it; "
+        f"background: {WRONG_NUMBERS}.",
+    ]
