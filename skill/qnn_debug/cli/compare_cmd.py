@@ -65,7 +65,8 @@ class OptionalJsonCommand(TyperCommand):
 @app.command("compare", cls=OptionalJsonCommand)
 def compare(
     reference: Path = typer.Argument(..., help="Baseline directory (reference/ + fp16_floor/) or a reference run."),
-    target: Path = typer.Argument(..., help="A run directory, an MNN QNN dump directory (manifest_*.tsv) or an .npz."),
+    target: Path = typer.Argument(..., help="A run directory, an MNN QNN dump directory (manifest_*.tsv) or an .npz. A baseline "
+                                             "directory is refused: pass its reference/ run to compare two baselines."),
     model: Path = typer.Option(None, "--model", help="The reference's ONNX model (default: the one recorded in the baseline)."),
     mnn_model: Path = typer.Option(None, "--mnn-model", help="Source .mnn that names t<N> in an MNN dump (default: the baseline's)."),
     execution: int = typer.Option(None, "--execution", help="Which execution of an MNN dump (default: the newest)."),
@@ -74,7 +75,9 @@ def compare(
                                  help="JSON result: on stdout (--json or --json -) or into FILE."),
     no_local: bool = typer.Option(False, "--no-local", help="Do not re-run suspect ops on CPU (faster, less certain)."),
 ) -> None:
-    """Compare TARGET with REFERENCE tensor by tensor, name the first failing op and give a verdict."""
+    """Compare TARGET with REFERENCE tensor by tensor, name the first failing op and give a verdict.
+
+    TARGET is one run; a baseline directory is refused with a pointer to its reference/ run."""
     from ..compare.engine import CompareOptions, compare_paths
 
     to_stdout = json_out == STDOUT
@@ -106,7 +109,7 @@ def print_summary(result: Any) -> None:
     typer.echo(f"  {v.summary}")
     if ff is not None:
         le = ff.local_error
-        local = (f"; local SQNR {fmt.db_unit(le.sqnr_db)} on the target's own inputs"
+        local = (f"; local SQNR {fmt.db_unit(le.sqnr_db)} {fmt.local_inputs(le.inputs).rstrip(',')}"
                  if le is not None and le.sqnr_db is not None else "")
         typer.echo(f"first failing: tensor {ff.tensor!r} from {ff.op} ({ff.op_type}) at position {ff.position}{local}")
     c = result.counts

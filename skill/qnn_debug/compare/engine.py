@@ -28,14 +28,15 @@ from ..errors import BadInputError
 from ..onnx_graph import is_floor_helper
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import Run, atomic_write_text, sha256_file
+from . import fmt
 from .align import DEFAULT_CHUNK, Pair, align, pair_stats, prefetch_pair
 from .checks import quant_step
 from .importers import ReferenceSide, open_reference, open_target, target_kind
 from .localize import OpNode, find_suspects, judge_tensor, ops_without_graph
 from .metrics import Workspace, metric_values
-from .schema import CompareResult, MetricValues, TensorRow
+from .schema import CompareResult, MetricValues, TensorRow, UnalignedRow
 from .thresholds import Thresholds
-from .verdict import Finding, Findings, decide
+from .verdict import Finding, Findings, InputMismatch, decide
 
 PREFETCH_AHEAD = 4  # tensors whose files the kernel reads ahead of the comparison
 
@@ -160,7 +161,9 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
     rows = first_observations(all_rows)  # reference name -> the row localisation uses
 
     quantized = target.record.precision == "quantized" or any(r.quantized for r in all_rows)
-    zeroed, input_warnings = _check_inputs(ref, target, alignment.pairs, all_rows, th)
+    zeroed, mismatches, input_warnings = _check_inputs(ref, target, alignment.pairs, all_rows, th,
+                                                       backend=target_kind == "mnn-dump")
+    uncompared = _uncompared(alignment.unaligned, alignment.pairs, all_rows)
     ops, non_float, index, local_note = _graph(model, ref, opts, model_note)
     excess = {n: r.excess_db for n, r in rows.items()}
     for name in non_float:
@@ -192,6 +195,7 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
             consumers.setdefault(name, op)
     fs = Findings(rows=rows, findings=findings, quantized=quantized, outputs=list(ref.record.outputs),
                   zero_inputs=list(zeroed), zero_observations=zeroed, input_consumers=consumers,
+                  input_mismatches=mismatches, uncompared=uncompared,
                   local_unavailable=local_note,
                   observer_effect_db=target.record.observer_effect_db, has_floor=side.floor is not None,
                   all_rows=all_rows)
@@ -199,7 +203,8 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
     if len(suspects) > len(findings):
         verdict.evidence["unchecked_suspects"] = [
             {"tensor": s.tensor, "op": s.op.name, "jump_db": round(s.jump_db, 1)} for s in suspects[len(findings):][:5]]
-    warnings = [*target.record.warnings, *input_warnings, *_disagreements(all_rows, th)]
+    warnings = [*target.record.warnings, *input_warnings, *_disagreements(all_rows, th),
+                *(f"not compared: {u}" for u in uncompared)]
     bad_ref = sorted({r.stands_for or r.name for r in all_rows if (r.metrics.get("ref_nonfinite") or 0) > 0})
     if bad_ref:
         warnings.append(f"the reference has NaN/Inf in {len(bad_ref)} tensor(s), which were not judged: "
@@ -332,13 +337,15 @@ def _check_input_hashes(ref: Run, target: Run, pairs: list[Pair]) -> None:
     )
 
 
-def _check_inputs(ref: Run, target: Run, pairs: list[Pair], rows: list[TensorRow],
-                  th: Thresholds) -> tuple[dict[str, list[str]], list[str]]:
-    """Graph inputs the target holds as zeros (input not copied) → the observations that are, and warnings.
+def _check_inputs(ref: Run, target: Run, pairs: list[Pair], rows: list[TensorRow], th: Thresholds, *,
+                  backend: bool = False) -> tuple[dict[str, list[str]], list[InputMismatch], list[str]]:
+    """Graph inputs the target holds as zeros (→ the observations that are), inputs whose first observation
+    is a backend copy that differs otherwise, and warnings.
 
-    A graph input recorded under its own name is what the target was fed: if it differs, the target ran
-    on other data (an error). A backend copy of it (an alias) that differs is only a warning: the copy
-    itself may be what broke.
+    A graph input recorded under its own name in a run or ``.npz`` (``backend`` False) is what the target
+    was fed: if it differs, the target ran on other data (an error). A backend copy (an alias, or anything in
+    an MNN dump) that differs cannot tell other baseline data from an input that was never copied, so it
+    becomes a finding when it is the input's first observation and a warning always.
     """
     inputs = [(pair, row) for pair, row in zip(pairs, rows, strict=True) if pair.ref.kind == "input"]
     zeros: dict[str, list[str]] = {}
@@ -347,22 +354,64 @@ def _check_inputs(ref: Run, target: Run, pairs: list[Pair], rows: list[TensorRow
         if arr.size and not np.any(arr) and np.any(ref.array(pair.ref.name)):
             zeros.setdefault(pair.ref.name, []).append(pair.name)
     warnings: list[str] = []
+    mismatches: dict[str, InputMismatch] = {}
+    seen: set[str] = set()
     for pair, row in inputs:
         name = pair.ref.name
-        if name in zeros:
+        first = name not in seen
+        seen.add(name)
+        if name in zeros or not _input_differs(pair, row, th):
             continue
-        if row.excess_db is None or row.excess_db < th.jump_db:
-            continue
-        step = quant_step(pair.other.quant)
-        if step is not None and (row.metrics.get("max_abs") or 0.0) <= 1.01 * step:
-            continue  # the input quantized to the target's grid: expected
-        if pair.alias is not None:
-            warnings.append(f"the target's copy {pair.name!r} of input {name!r} differs from the reference input "
-                            f"(SQNR {row.metrics.get('sqnr_db')} dB): other data, or the copy is broken")
-            continue
-        raise BadInputError(
-            f"the target ran on a different input {name!r} (SQNR {row.metrics.get('sqnr_db')} dB against the reference's)",
-            hint="re-run the target with the baseline's inputs.npz (--inputs <baseline>/inputs.npz)",
-            details={"input": name, "metrics": row.metrics},
-        )
-    return zeros, warnings
+        nonfinite = int((row.metrics.get("nan") or 0) + (row.metrics.get("inf") or 0))
+        how = (f"holds NaN/Inf ({nonfinite} of {_size(pair)} values)" if nonfinite else
+               f"differs from the reference input (SQNR {fmt.db_unit(row.metrics.get('sqnr_db'))})")
+        if pair.alias is None and pair.other.kind != "stage" and not backend:
+            raise BadInputError(
+                f"the target ran on a different input {name!r}: the target's {name!r} {how}",
+                hint="rebuild the baseline with the inputs the target used (`qnn-debug baseline MODEL --inputs "
+                     "<that .npz or test dir>`), or re-run the target with the baseline's inputs.npz "
+                     "(--inputs <baseline>/inputs.npz)",
+                details={"input": name, "metrics": row.metrics},
+            )
+        warnings.append(f"the target's copy {pair.name!r} of input {name!r} {how}: other data, or the copy is broken")
+        if first:
+            mismatches[name] = InputMismatch(name, pair.name, row.metrics.get("sqnr_db"),
+                                             constant=_constant(target, pair), nonfinite=nonfinite, size=_size(pair))
+    return zeros, list(mismatches.values()), warnings
+
+
+def _input_differs(pair: Pair, row: TensorRow, th: Thresholds) -> bool:
+    """Beyond the floor by a jump, unless it is only the input quantized onto the target's grid."""
+    if row.excess_db is None or row.excess_db < th.jump_db:
+        return False
+    step = quant_step(pair.other.quant)
+    return not (step is not None and (row.metrics.get("max_abs") or 0.0) <= 1.01 * step)
+
+
+def _size(pair: Pair) -> int:
+    return int(np.prod(pair.other.shape, dtype=np.int64))
+
+
+def _constant(target: Run, pair: Pair) -> float | None:
+    """The copy's single value when all its (finite) elements are equal: a fill, not data."""
+    arr = np.asarray(target.array(pair.other.name), dtype=np.float64).reshape(-1)
+    if arr.size < 2 or not np.all(np.isfinite(arr)):
+        return None
+    lo, hi = float(arr.min()), float(arr.max())
+    return lo if lo == hi else None
+
+
+def _uncompared(unaligned: list[UnalignedRow], pairs: list[Pair], rows: list[TensorRow]) -> list[str]:
+    """Model tensors the target holds but that could not be judged: a misfit shape, empty, or only NaN/Inf.
+
+    Tensors simply missing from the target (fused away, not dumped) are normal and are not listed here.
+    """
+    out = [f"{u.name!r}: target shape {u.target_shape} vs reference {u.reference_shape}"
+           + (" (empty)" if u.target_shape is not None and 0 in u.target_shape else "")
+           for u in unaligned if u.side == "reference" and u.target_shape is not None]
+    for pair, row in zip(pairs, rows, strict=True):
+        m = row.metrics
+        bad = (m.get("nan") or 0) + (m.get("inf") or 0)
+        if bad and bad >= _size(pair) and not (m.get("ref_nonfinite") or 0):
+            out.append(f"{row.label or row.name!r}: the target holds only NaN/Inf ({int(bad)} values)")
+    return out

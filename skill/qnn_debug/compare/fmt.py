@@ -81,3 +81,17 @@ def quantized_note(cap_db: float, lsb_ok: float) -> str:
             f"and integer kernels rounding differently from the reference), not a fault. The yardstick "
             f"is the quantization step: an op counts as wrong only if, re-run on the target's own inputs, it is "
             f"off by more than {lsb_ok:g} steps.")
+
+
+def local_inputs(inputs: dict[str, str]) -> str:
+    """Where a local re-run got its inputs, in words: 'on the target's own inputs' only when that is true.
+
+    An input taken from the reference (the target had no usable copy) folds the error inherited from upstream
+    into the local error, and the text must say so.
+    """
+    borrowed = sorted(name for name, source in inputs.items() if source != "target")
+    if not borrowed:
+        return "on the target's own inputs"
+    names = ", ".join(repr(n) for n in borrowed[:3]) + (" …" if len(borrowed) > 3 else "")
+    return (f"re-run with {names} taken from the reference (the target had no usable copy, so local and "
+            f"inherited error cannot be separated),")

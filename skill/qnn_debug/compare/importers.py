@@ -52,6 +52,14 @@ def target_kind(path: str | Path) -> str:
         raise BadInputError(f"target {p} does not exist", hint="pass a run directory, an MNN dump directory or an .npz")
     if p.is_file() and p.suffix == ".npz":
         return "npz"
+    if p.is_dir() and (p / REFERENCE_DIR / RUN_FILE).exists():
+        # Refused rather than silently swapped for its reference/: comparing two baselines is rarely what
+        # was meant, and when it is, naming the run says which of its runs is compared.
+        raise BadInputError(
+            f"{p} is a baseline directory; pass {p / REFERENCE_DIR} (or a dump run) as TARGET",
+            hint=f"a baseline holds {REFERENCE_DIR}/, {FLOOR_DIR}/ and baseline.json; TARGET is one run: "
+                 f"`qnn-debug compare REFERENCE {p / REFERENCE_DIR}`",
+        )
     if p.is_dir() and (p / RUN_FILE).exists():
         return "run"
     if p.is_dir() and any(p.glob("manifest_*.tsv")):

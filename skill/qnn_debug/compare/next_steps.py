@@ -40,7 +40,7 @@ def next_steps(r: CompareResult) -> list[str]:
     if kind == "real_bug":
         return _real_bug(r)
     if kind == "input_not_copied":
-        return _input_not_copied()
+        return _input_not_copied(r)
     if kind == "quantization":
         return _quantization(r)
     return []
@@ -164,13 +164,23 @@ def _real_bug(r: CompareResult) -> list[str]:
     return steps
 
 
-def _input_not_copied() -> list[str]:
-    return [
-        "Set shapeMutable to false in the MNN test dir the run used: `qnn-debug toggle-shape-mutable TESTDIR "
-        "--value false` [toggle_shapeMutable], run it again (`qnn-debug run MODEL.mnn --testdir TESTDIR` "
-        "[run_on_device]) and compare again.",
-        f"Why online QNN needs it, and the other shape traps: {SHAPE_MUTABLE}.",
-    ]
+def _input_not_copied(r: CompareResult) -> list[str]:
+    """Zeros: the input was not copied. A copy that differs otherwise may just be a baseline built from other
+    data, which is the cheaper check, so it comes first."""
+    steps = []
+    mismatch = r.verdict.evidence.get("input_mismatch")
+    if isinstance(mismatch, dict):
+        mnn = " (with the same --mnn-model)" if r.target_kind == "mnn-dump" else ""
+        steps.append(f"Rebuild the baseline from the inputs the device used (the MNN test dir, or an .npz of "
+                     f"{mismatch.get('input')!r} as it was fed): `qnn-debug baseline {_model(r)} --inputs TESTDIR "
+                     f"--out NEW_BASELINE` [baseline], then `qnn-debug compare NEW_BASELINE {_q(r.target)}`{mnn} "
+                     f"[compare]; if the input then matches, the first comparison only used other data.")
+    toggle = ("set shapeMutable to false in the MNN test dir the run used: `qnn-debug toggle-shape-mutable TESTDIR "
+              "--value false` [toggle_shapeMutable], run it again (`qnn-debug run MODEL.mnn --testdir TESTDIR` "
+              "[run_on_device]) and compare again.")
+    steps.append(f"Otherwise {toggle}" if steps else toggle[0].upper() + toggle[1:])
+    steps.append(f"Why online QNN needs it, and the other shape traps: {SHAPE_MUTABLE}.")
+    return steps
 
 
 def _quantization(r: CompareResult) -> list[str]:

@@ -3,7 +3,9 @@
 Decision order (never from end-to-end error or cosine alone — cosine recovers with depth while the error
 stays):
 1. the target's copy of a graph input is all zeros → ``input_not_copied`` (MNN ``shapeMutable=true``), the
-   first failing op being the first op that reads that input;
+   first failing op being the first op that reads that input; its first observation (a backend copy) differs
+   otherwise → ``input_not_copied`` with moderate confidence: other baseline data or an uncopied input, and
+   no downstream op can be blamed since the error starts before any op;
 2. the first suspect (a jump beyond the floor) whose *local* error is large is a wrong op →
    ``real_bug``, or ``input_not_copied`` when it reads a graph input and behaves as if it were zeros;
 3. otherwise a quantized target → ``quantization``; a target clearly worse than the floor (or with
@@ -38,6 +40,18 @@ class Finding:
 
 
 @dataclass
+class InputMismatch:
+    """A graph input whose first observation in the target (a backend copy) differs from the reference input."""
+
+    name: str  # the reference's graph input
+    observed_as: str  # the target tensor that holds it
+    sqnr_db: float | None
+    constant: float | None = None  # the copy's single value when every element is the same
+    nonfinite: int = 0  # NaN/Inf elements in the copy
+    size: int = 0
+
+
+@dataclass
 class Findings:
     rows: dict[str, TensorRow]  # reference tensor -> the row localisation used (its first observation)
     findings: list[Finding]
@@ -46,6 +60,8 @@ class Findings:
     zero_inputs: list[str] = field(default_factory=list)  # graph inputs the target holds as all zeros
     zero_observations: dict[str, list[str]] = field(default_factory=dict)  # ... and the target tensors that are
     input_consumers: dict[str, OpNode] = field(default_factory=dict)  # graph input -> first consuming op
+    input_mismatches: list[InputMismatch] = field(default_factory=list)  # copies of inputs that differ
+    uncompared: list[str] = field(default_factory=list)  # model tensors the target has but could not be judged
     local_unavailable: str | None = None  # why no op could be re-run (no model, ...)
     observer_effect_db: dict[str, float] | None = None
     has_floor: bool = True  # False: excess was judged against the fixed fp16 level, not a floor run
@@ -127,7 +143,31 @@ def decide(fs: Findings, th: Thresholds) -> tuple[Verdict, FirstFailing | None]:
 
     if fs.zero_inputs:
         return _zero_input_verdict(fs, base)
+    if fs.input_mismatches:
+        return _input_mismatch_verdict(fs, base)
+    verdict, first = _decide_ops(fs, th, base, worst, floor)
+    return _discount_uncompared(verdict, fs), first
 
+
+def _discount_uncompared(verdict: Verdict, fs: Findings) -> Verdict:
+    """A verdict that could not see some tensors the model produces must not claim to have checked them all."""
+    if not fs.uncompared:
+        return verdict
+    verdict.evidence["not_compared"] = fs.uncompared[:10]
+    if verdict.kind in ("ok", "precision", "quantization"):  # claims of absence: they rest on every tensor
+        verdict.confidence = round(min(verdict.confidence, 0.5), 2)
+        verdict.summary = verdict.summary.replace("every tensor", "every compared tensor")
+        verdict.summary += (f" {len(fs.uncompared)} tensor(s) the target holds could not be compared: "
+                            + "; ".join(fs.uncompared[:3]) + ".")
+    else:
+        verdict.confidence = round(max(0.05, verdict.confidence - 0.05), 2)
+    return verdict
+
+
+def _decide_ops(fs: Findings, th: Thresholds, base: dict[str, Any], worst: TensorRow | None,
+                floor: str) -> tuple[Verdict, FirstFailing | None]:
+    """The verdict from the ops once the inputs are known to be right: a confirmed bug, quantization,
+    precision or ok."""
     hit = _confirmed(fs)
     if hit is not None:
         return _bug_verdict(fs, hit, base, th)
@@ -190,6 +230,43 @@ def _zero_input_verdict(fs: Findings, base: dict[str, Any]) -> tuple[Verdict, Fi
     ev: dict[str, Any] = {**base, "input": name, "first_consumer": consumer.name if consumer else None,
                           "zero_observations": fs.zero_observations.get(name, [name]),
                           "detail": "the target's copy of this graph input is all zeros while the reference input is not"}
+    ev, first = _at_consumer(fs, name, ev)
+    reads = f"; {consumer.name} ({consumer.op_type}) is the first op to read it" if consumer else ""
+    return (Verdict(kind="input_not_copied", pattern="zero_input", confidence=0.95,
+                    summary=f"The model input {name!r} never reached the target: its copy there is all zeros"
+                            f"{reads} (MNN online QNN needs shapeMutable=false).", evidence=ev), first)
+
+
+def _input_mismatch_verdict(fs: Findings, base: dict[str, Any]) -> tuple[Verdict, FirstFailing]:
+    """The error starts at a graph input, before any op: either the baseline used other data or the input
+    was not copied into the QNN graph; nothing in the comparison tells the two apart, so say both."""
+    m = fs.input_mismatches[0]
+    consumer = fs.input_consumers.get(m.name)
+    ev: dict[str, Any] = {**base, "input": m.name, "first_consumer": consumer.name if consumer else None,
+                          "input_mismatch": {"input": m.name, "observed_as": m.observed_as, "sqnr_db": _r(m.sqnr_db),
+                                             "constant": m.constant, "nonfinite": m.nonfinite},
+                          "detail": "the target's first copy of this graph input differs from the reference input"}
+    if len(fs.input_mismatches) > 1:
+        ev["other_inputs"] = [o.name for o in fs.input_mismatches[1:]]
+    ev, first = _at_consumer(fs, m.name, ev)
+    if m.nonfinite:
+        how = f"holds NaN/Inf ({m.nonfinite} of {m.size} values)"
+    elif m.constant is not None:
+        how = f"is constant (every value {m.constant:.6g}) while the reference input is not"
+    else:
+        how = f"differs from the reference input (SQNR {fmt.db_unit(m.sqnr_db)})"
+    reads = f" {consumer.name} ({consumer.op_type}) is the first op to read it." if consumer else ""
+    summary = (f"The target's copy of input {m.name!r} ({m.observed_as}) {how}: either the baseline was built "
+               f"from other data — rebuild it with `qnn-debug baseline MODEL --inputs <the test dir or .npz the "
+               f"device used>` — or the input was not copied into the QNN graph (shapeMutable=true, Tensor usage "
+               f"is 1.). The error starts before any op, so no downstream op is blamed.{reads}")
+    return (Verdict(kind="input_not_copied", pattern="constant" if m.constant is not None else "none",
+                    confidence=0.6, summary=summary, evidence=ev), first)
+
+
+def _at_consumer(fs: Findings, name: str, ev: dict[str, Any]) -> tuple[dict[str, Any], FirstFailing]:
+    """First failing = the first op reading graph input ``name`` (with its numbers), else the input itself."""
+    consumer = fs.input_consumers.get(name)
     first = FirstFailing(tensor=name, op=None, op_type=None, position=-1)
     if consumer is not None:
         out = consumer.outputs[0] if consumer.outputs else name
@@ -198,10 +275,7 @@ def _zero_input_verdict(fs: Findings, base: dict[str, Any]) -> tuple[Verdict, Fi
             ev = {**ev, **_row_evidence(row)}
         first = FirstFailing(tensor=out, op=consumer.name, op_type=consumer.op_type, position=consumer.position,
                              observed_as=row.name if row is not None and row.stands_for else None)
-    reads = f"; {consumer.name} ({consumer.op_type}) is the first op to read it" if consumer else ""
-    return (Verdict(kind="input_not_copied", pattern="zero_input", confidence=0.95,
-                    summary=f"The model input {name!r} never reached the target: its copy there is all zeros"
-                            f"{reads} (MNN online QNN needs shapeMutable=false).", evidence=ev), first)
+    return ev, first
 
 
 def _op_words(row: TensorRow) -> str:
@@ -259,7 +333,7 @@ def _bug_verdict(fs: Findings, hit: Finding, base: dict[str, Any], th: Threshold
         allowed = (f"{th.quant_lsb_ok:g} quantization steps (it is off by {fmt.amount(le.max_err_lsb)})"
                    if le.max_err_lsb is not None else
                    f"≥ {fmt.db_unit(th.quant_local_ok_db)}" if fs.quantized else f"≥ {fmt.db_unit(local_limit_db(le, th))}")
-        summary = (f"{words} is the first failing op: on the target's own inputs it gives "
+        summary = (f"{words} is the first failing op: {fmt.local_inputs(le.inputs)} it gives "
                    f"SQNR {fmt.db_unit(le.sqnr_db)} where {'quantization' if fs.quantized else 'fp16'} allows {allowed}"
                    f"{'; ' + what if what else ''}.")
     return (Verdict(kind=kind, pattern=pattern, confidence=round(max(0.05, min(0.99, confidence)), 2),
