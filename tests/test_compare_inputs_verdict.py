@@ -152,12 +152,15 @@ def test_tensor_the_target_holds_but_cannot_be_compared_is_a_warning(cnn: Path, 
     assert code == 0
     warn = [w for w in out["warnings"] if "'c2'" in w and "not compared" in w]
     assert warn, out["warnings"]
-    if case != "nan_only":
-        assert str(list(arrays["c2"].shape)) in warn[0] and str(ref_shape) in warn[0]
-    else:
+    v = out["verdict"]
+    assert "every tensor" not in v["summary"]
+    if case == "nan_only":  # all NaN is itself the fault, found at conv2
         assert "only NaN/Inf" in warn[0]
-    assert out["verdict"]["confidence"] < 0.9
-    assert "every tensor" not in out["verdict"]["summary"]
+        assert (v["kind"], v["pattern"], out["first_failing"]["op"]) == ("real_bug", "nan_inf", "conv2")
+        return
+    assert str(list(arrays["c2"].shape)) in warn[0] and str(ref_shape) in warn[0]
+    assert v["kind"] == "ok" and v["confidence"] <= 0.5 and "every compared tensor" in v["summary"]
+    assert "'c2'" in v["summary"] and v["evidence"]["not_compared"]
 
 
 def test_baseline_directory_as_target_says_which_run_to_pass(cnn: Path):

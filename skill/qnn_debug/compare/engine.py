@@ -413,5 +413,5 @@ def _uncompared(unaligned: list[UnalignedRow], pairs: list[Pair], rows: list[Ten
         m = row.metrics
         bad = (m.get("nan") or 0) + (m.get("inf") or 0)
         if bad and bad >= _size(pair) and not (m.get("ref_nonfinite") or 0):
-            out.append(f"{row.label or row.name!r}: the target holds only NaN/Inf ({int(bad)} values)")
+            out.append(f"{row.label or row.name!r}: the target holds only NaN/Inf ({int(bad)} values), no value to compare")
     return out

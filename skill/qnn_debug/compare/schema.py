@@ -30,6 +30,9 @@ MetricValues = dict[str, float | None]
 class LocalError(BaseModel):
     """The suspect op re-run on CPU with the TARGET's own inputs, compared with the target's output.
 
+    ``inputs`` says where each boundary tensor came from: "reference" when the target had no usable copy, and
+    then the local error also carries the error inherited from upstream (texts say so, see ``fmt.local_inputs``).
+
     Small local error means the op did its job on what it was given (the damage came from upstream or is
     precision); large local error means the op itself computed something else.
     """

@@ -150,7 +150,8 @@ def decide(fs: Findings, th: Thresholds) -> tuple[Verdict, FirstFailing | None]:
 
 
 def _discount_uncompared(verdict: Verdict, fs: Findings) -> Verdict:
-    """A verdict that could not see some tensors the model produces must not claim to have checked them all."""
+    """A verdict that could not see some tensors the model produces must not claim to have checked them all
+    (a verdict that found a fault stands: what it found does not depend on the unseen tensors)."""
     if not fs.uncompared:
         return verdict
     verdict.evidence["not_compared"] = fs.uncompared[:10]
@@ -159,8 +160,6 @@ def _discount_uncompared(verdict: Verdict, fs: Findings) -> Verdict:
         verdict.summary = verdict.summary.replace("every tensor", "every compared tensor")
         verdict.summary += (f" {len(fs.uncompared)} tensor(s) the target holds could not be compared: "
                             + "; ".join(fs.uncompared[:3]) + ".")
-    else:
-        verdict.confidence = round(max(0.05, verdict.confidence - 0.05), 2)
     return verdict
 
 
