@@ -165,7 +165,8 @@ def one_shot(original_path: Path, edited_path: Path, inputs: Path, work: Path) -
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bug", default="conv_on_zeros@b11_conv", help="INJECTION@NODE (see qnn_debug.inject)")
-    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved rounds; each side's best time is used (the machine is shared and noisy)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child-htp", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--child-testmnn", nargs=4, help=argparse.SUPPRESS)
