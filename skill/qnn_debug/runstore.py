@@ -219,24 +219,15 @@ def prepare_run_dir(out_dir: str | os.PathLike[str], *, force: bool = False) -> 
     user data is never deleted.
     """
     path = Path(out_dir)
-    if path.exists() and not path.is_dir():
-        raise BadInputError(f"output path {path} exists and is not a directory", hint="choose another --out")
-    if path.exists() and any(path.iterdir()):
-        is_run = (path / RUN_FILE).exists() or (path / TENSOR_DIR).is_dir()
-        if not force:
-            raise BadInputError(
-                f"output directory {path} is not empty",
-                hint="choose a new --out, or pass --force to replace a previous run there",
-            )
-        if not is_run:
-            raise BadInputError(
-                f"refusing to replace {path}: it does not look like a qnn-debug run directory",
-                hint="choose a new --out",
-            )
+    if check_output_dir(path, force=force, is_ours=_is_run_dir, what="run directory"):
         shutil.rmtree(path)
     (path / TENSOR_DIR).mkdir(parents=True, exist_ok=True)
     (path / LOG_DIR).mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _is_run_dir(path: Path) -> bool:
+    return (path / RUN_FILE).exists() or (path / TENSOR_DIR).is_dir()
 
 
 class RunWriter:
