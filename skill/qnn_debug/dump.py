@@ -23,7 +23,7 @@ class DumpResult(BaseModel):
     htp_arch: int | None = None
     tensors: int
     quantized_tensors: int = 0
-    qnn_nodes: int | None = None
+    qnn_nodes: int | None = None  # nodes of the model's own (unmarked) graph placed on QNN
     outputs: list[str] = Field(default_factory=list)
     observer_effect_db: dict[str, float] | None = None
     warnings: list[str] = Field(default_factory=list)
@@ -38,7 +38,13 @@ def run_dump(request: DumpRequest, progress: Progress = NULL_PROGRESS) -> DumpRe
 
 def summarize(run: Run) -> DumpResult:
     rec = run.record
-    qnn = sum(len(a.get("nodes", [])) for a in rec.assignment if a.get("provider") == "QNNExecutionProvider")
+    # The marked graph also holds the capture nodes we inserted (fp16 views); the model's own graph
+    # on QNN is the unmarked session's count when the target recorded it.
+    counts = rec.extra.get("qnn_nodes")
+    if isinstance(counts, dict) and isinstance(counts.get("unmarked"), int):
+        qnn = counts["unmarked"]
+    else:
+        qnn = sum(len(a.get("nodes", [])) for a in rec.assignment if a.get("provider") == "QNNExecutionProvider")
     return DumpResult(
         out=str(run.dir), target=rec.target, precision=rec.precision, soc_model=rec.soc_model, htp_arch=rec.htp_arch,
         tensors=len(rec.tensors), quantized_tensors=sum(t.quant is not None for t in rec.tensors),
