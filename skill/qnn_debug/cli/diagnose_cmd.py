@@ -6,12 +6,20 @@ from pathlib import Path
 
 import typer
 
-from ..errors import BadInputError, QnnDebugError
+from ..errors import QnnDebugError
 from .app import app
 from .baseline_cmd import INPUTS_OR_TESTDIR_OPTION, SEED_OPTION, SHAPE_OPTION, default_out
 from .common import FORCE_OPTION, JSON_OPTION, cli_progress, emit, fail
 from .compare_cmd import print_summary
-from .dump_cmd import parse_options
+from .dump_cmd import (
+    ARCH_OPTION,
+    PRECISION_OPTION,
+    SOC_OPTION,
+    TARGET_OPTIONS_OPTION,
+    TIMEOUT_OPTION,
+    check_precision,
+    parse_options,
+)
 
 
 @app.command("diagnose")
@@ -23,12 +31,12 @@ def diagnose(
     inputs: Path = INPUTS_OR_TESTDIR_OPTION,
     shape: list[str] = SHAPE_OPTION,
     seed: int = SEED_OPTION,
-    soc: int = typer.Option(69, "--soc", help="QNN soc_model (69 = Snapdragon 8 Elite)."),
-    arch: int = typer.Option(None, "--arch", help="HTP architecture without the 'v' (default: the SoC's)."),
-    precision: str = typer.Option("fp16", "--precision", help="fp16, or quantized for QDQ models."),
+    soc: int = SOC_OPTION,
+    arch: int = ARCH_OPTION,
+    precision: str = PRECISION_OPTION,
     mnn_gate: bool = typer.Option(True, "--mnn-gate/--no-mnn-gate", help="Cross-check the reference with MNN CPU."),
-    option: list[str] = typer.Option(None, "--option", help="Target setting key=value (repeatable)."),
-    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds before the target run is abandoned."),
+    option: list[str] = TARGET_OPTIONS_OPTION,
+    timeout: float = TIMEOUT_OPTION,
     force: bool = FORCE_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
@@ -37,8 +45,7 @@ def diagnose(
     from ..inputs import parse_shape_args
 
     try:
-        if precision not in ("fp16", "fp32", "quantized"):
-            raise BadInputError(f"unknown --precision {precision!r}", hint="use fp16 or quantized")
+        check_precision(precision)
         with cli_progress() as progress:
             result = run_diagnose(model, out or default_out(model, f"diagnose-{target}"), inputs=inputs,
                                   shapes=parse_shape_args(shape), target=target, precision=precision,  # type: ignore[arg-type]

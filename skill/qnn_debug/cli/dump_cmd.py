@@ -19,6 +19,12 @@ TARGET_OPTIONS_OPTION = typer.Option(None, "--option", help="Target setting key=
 TIMEOUT_OPTION = typer.Option(1800.0, "--timeout", help="Seconds before the target run is abandoned.")
 
 
+def check_precision(precision: str) -> None:
+    """``--precision`` is a plain string option (typer choices render poorly); validate it here."""
+    if precision not in ("fp16", "fp32", "quantized"):
+        raise BadInputError(f"unknown --precision {precision!r}", hint="use fp16 or quantized")
+
+
 def parse_options(pairs: list[str] | None) -> dict[str, str]:
     """``key=value`` pairs for target-specific settings (serial, mnn_build_dir, disabled_optimizers, ...)."""
     options: dict[str, str] = {}
@@ -52,8 +58,7 @@ def dump(
     from ..targets import DumpRequest
 
     try:
-        if precision not in ("fp16", "fp32", "quantized"):
-            raise BadInputError(f"unknown --precision {precision!r}", hint="use fp16 or quantized")
+        check_precision(precision)
         request = DumpRequest(
             model=model, out=out or default_out(model, f"{target}-{precision}"), target=target,
             precision=precision,
