@@ -113,7 +113,7 @@ def register(server: MCPServer) -> None:
                                                            "build (options.mnn_build_dir)")] = "device",
         forward: Annotated[Literal["qnn", "cpu", "opencl"], Field(description="MNN forward type: qnn (5), cpu (0), "
                                                                   "opencl (3)")] = "qnn",
-        precision: Annotated[Literal["low", "high", "normal"], Field(description="low = fp16 on QNN, high = fp32")] = "low",
+        precision: Annotated[Literal["low", "high", "normal"], Field(description="low = fp16; high = fp32 tensors on CPU/OpenCL, but HTP still computes in fp16")] = "low",
         testdir: TestDirArg = None,
         baseline: BaselineArg = None,
         inputs: InputsPath = None,

@@ -85,7 +85,7 @@ def run(
     model: Path = typer.Argument(..., help="The .mnn model (or an MNN2QNNModel wrapper)."),
     target: str = typer.Option("device", "--target", help="device (adb) or host (local MNN build)."),
     forward: str = typer.Option("qnn", "--forward", help="qnn (type 5), cpu (0) or opencl (3)."),
-    precision: str = typer.Option("low", "--precision", help="low (fp16 on QNN), high (fp32) or normal."),
+    precision: str = typer.Option("low", "--precision", help="low (fp16), high (fp32 tensors; HTP still computes in fp16) or normal."),
     testdir: Path = typer.Option(None, "--testdir", help="Run this MNN test dir (input.json + txt files)."),
     baseline: Path = typer.Option(None, "--baseline", help="Use this baseline's inputs and fp32 reference outputs."),
     out: Path = typer.Option(None, "--out", help="Run directory (default: qnn-debug-runs/MODEL/TARGET-run)."),

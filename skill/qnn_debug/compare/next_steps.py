@@ -140,9 +140,10 @@ def _observer_reading(marked: dict[str, float | None], effect: dict[str, float])
 def _precision_mnn(r: CompareResult) -> list[str]:
     """MNN targets (device, host, MNN dumps): ORT fusions do not apply; check fp16 itself."""
     return [
-        f"Confirm fp16 is the cause by running the .mnn in fp32 on QNN: `qnn-debug run MODEL.mnn --target device "
-        f"--precision high --baseline {_q(_baseline_dir(r))}` [run_on_device]; if the error disappears, it is fp16, "
-        f"not a wrong op.",
+        f"Get a device-side fp16 floor: run the .mnn on the phone's CPU in fp16, `qnn-debug run MODEL.mnn --target "
+        f"device --forward cpu --precision low --baseline {_q(_baseline_dir(r))}` [run_on_device]; an error of the "
+        f"same size there is fp16, not a wrong op (precision high is no fp32 check on HTP: its graph precision "
+        f"stays FLOAT16).",
         f"See how the same ONNX model behaves on the simulator, where fusion effects can be toggled: "
         f"`qnn-debug diagnose {_model(r)} --target htp-sim` [diagnose].",
         f"Background: {WRONG_NUMBERS} (fp16 noise vs bug).",

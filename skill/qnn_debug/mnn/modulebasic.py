@@ -65,8 +65,8 @@ def forward_type(name: str | int) -> int:
 
 
 def precision_value(name: str | int) -> int:
-    """``low`` → 2 (fp16 on QNN), ``high`` → 1 (fp32), ``normal`` → 0."""
-    return _named(PRECISIONS, name, "precision", "use low (fp16 on QNN), high (fp32) or normal")
+    """``low`` → 2 (fp16), ``high`` → 1 (fp32 tensors; the HTP graph still runs in fp16), ``normal`` → 0."""
+    return _named(PRECISIONS, name, "precision", "use low, high or normal")
 
 
 def build_command(executable: str, args: ModuleBasicArgs) -> list[str]:

@@ -262,6 +262,12 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
             evidence.append(Evidence(line=line_no, text=line, signature=sig.id, category=sig.category))
             if g:
                 groups.append((sig, g))
+    for noise in db.noise:
+        if noise.hint_category and noise.id in scan.noise_count:
+            cat = noise.hint_category
+            scores[cat] = scores.get(cat, 0.0) + noise.hint_weight
+            first_line[cat] = min(first_line.get(cat, scan.noise_first[noise.id]), scan.noise_first[noise.id])
+            reasons.setdefault(cat, []).append(f"weak hint: {noise.why} ({scan.noise_count[noise.id]}x; source: {noise.source})")
     ranked = sorted(scores.items(), key=lambda kv: (-kv[1], first_line.get(kv[0], 0)))
     failures = [(c, s) for c, s in ranked if c != "other"]
     warnings = _warnings(scan)
@@ -287,7 +293,7 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
     facts, op_steps = _facts(groups, category)
     spec = db.categories[category]
     title = spec.title + (" (the run reports success)" if category == "other" and "other" in scores else "")
-    steps = op_steps + [NextStep(tool=s.tool, cli=db.tools[s.tool], why=s.why) for s in spec.next_steps]
+    steps = op_steps + [NextStep(tool=s.tool, cli=s.cli or db.tools[s.tool], why=s.why) for s in spec.next_steps]
     return TriageResult(
         source=label,
         category=category,
@@ -347,7 +353,7 @@ def _facts(groups: list[tuple[Signature, dict[str, str]]], category: str) -> tup
             if key in g:
                 value = int(g[key], 16) if key == "hex" else int(g[key])
                 add(f"QNN error {value & 0xFFFF}" + (f" (0x{value:x})" if key == "hex" else "") + f" = {code_name(value & 0xFFFF)}")
-        for key in ("op", "onnx_op", "onnx_op2"):
+        for key in ("op", "onnx_op", "onnx_op2", "opname"):
             if key in g:
                 ops.append(g[key])
         if "node" in g and category in ("op_validation_failed_3110_0xc26", "finalize_failed_1002", "unsupported_op_not_registered"):

@@ -24,6 +24,7 @@ CATEGORIES: tuple[str, ...] = (
     "unsupported_op_not_registered",
     "convert_segfault",
     "shape_compute_error",
+    "encode_failed",
     "wrong_results_accuracy",
     "garbled_llm_output_quantization",
     "sdk_version_or_lib_mismatch",
@@ -71,7 +72,11 @@ class Signature(BaseModel):
 
 
 class Noise(BaseModel):
-    """A known harmless message, blanked out before matching (line numbers are kept)."""
+    """A known message blanked out before matching (line numbers are kept).
+
+    With ``hint_category`` it is a weak hint rather than noise: it adds ``hint_weight`` to that category
+    once (too little to win alone) but never feeds the stronger signatures.
+    """
 
     id: str
     pattern: str
@@ -79,6 +84,14 @@ class Noise(BaseModel):
     why: str
     source: str
     example: str
+    hint_category: str | None = None
+    hint_weight: float = 0.0
+
+    @model_validator(mode="after")
+    def _check(self) -> Noise:
+        if self.hint_category is not None and self.hint_category not in CATEGORIES:
+            raise ValueError(f"noise {self.id}: unknown hint category {self.hint_category}")
+        return self
 
     @property
     def regex(self) -> re.Pattern[str]:
@@ -88,6 +101,7 @@ class Noise(BaseModel):
 class NextStepSpec(BaseModel):
     tool: str
     why: str
+    cli: str | None = Field(default=None, description="a concrete command, instead of the tool's generic one")
 
 
 class CategorySpec(BaseModel):
