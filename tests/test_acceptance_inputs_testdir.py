@@ -15,7 +15,7 @@ import pytest
 from qnn_debug.errors import BadInputError
 from qnn_debug.examples import small_cnn
 from qnn_debug.inputs import prepare_inputs
-from qnn_debug.mnn.testdir import write_testdir
+from qnn_debug.mnn.testdir_builder import write_testdir
 from qnn_debug.onnx_graph import graph_inputs
 
 CLI = Path(sys.executable).parent / "qnn-debug"

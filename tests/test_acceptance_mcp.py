@@ -17,7 +17,7 @@ import onnx
 import pytest
 
 from qnn_debug.examples import single_op_model
-from qnn_debug.mnn.testdir import write_testdir
+from qnn_debug.mnn.testdir_builder import write_testdir
 from test_mcp_support import connect, error_text, ok, write_small_cnn
 
 pytestmark = pytest.mark.anyio

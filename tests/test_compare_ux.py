@@ -30,7 +30,7 @@ from qnn_debug.compare.schema import CompareResult
 from qnn_debug.diagnose import diagnose
 from qnn_debug.examples import deep_conv_net, quantize_for_qnn, small_cnn
 from qnn_debug.inject import inject
-from qnn_debug.mnn.testdir import write_testdir
+from qnn_debug.mnn.testdir_builder import write_testdir
 from qnn_debug.onnx_graph import graph_inputs, mark_all
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,8 +17,8 @@ from qnn_debug.mnn.testdir import (
     read_testdir,
     toggle_shape_mutable,
     toggle_shapeMutable,
-    write_testdir,
 )
+from qnn_debug.mnn.testdir_builder import write_testdir
 
 runner = CliRunner()
 

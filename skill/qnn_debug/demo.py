@@ -1,8 +1,9 @@
 """``qnn-debug demo``: the whole engine on a model the project builds itself, as a list of plain steps.
 
 Steps (each adds one :class:`DemoStep`): build the bundled example model, build its trusted
-baseline, dump every tensor on the HTP simulator with the baseline's inputs. Later steps (diagnosis
-of a healthy and of an injected-bug run) are appended to :data:`STEPS` by the modules that own them.
+baseline, dump every tensor on the HTP simulator with the baseline's inputs, diagnose that healthy run,
+then inject one bug, dump it and check that the diagnosis names the injected op. The steps only call
+the engine's public operations (baseline, dump, compare); nothing below imports the demo.
 Re-running the demo replaces its own previous output in ``out`` and nothing else.
 """
 
@@ -16,8 +17,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .diagnose import DEMO_ENTRIES as DIAGNOSIS_ENTRIES
-from .diagnose import demo_steps as diagnosis_steps
 from .progress import NULL_PROGRESS, Progress
 from .runstore import atomic_write_text, check_output_dir
 
@@ -25,6 +24,8 @@ DEMO_FILE = "demo.json"
 MODEL_FILE = "model.onnx"
 BASELINE_DIR = "baseline"
 HTP_DIR = "htp-sim"
+DEMO_BUG = ("conv_on_zeros", "b3_conv")  # the classic MNN symptom: one conv's output is just its bias
+DIAGNOSIS_ENTRIES = ("report", "model_bug.onnx", "htp-sim-bug", "report-bug")
 OWN_ENTRIES = (DEMO_FILE, MODEL_FILE, BASELINE_DIR, HTP_DIR, *DIAGNOSIS_ENTRIES)
 
 
@@ -98,7 +99,43 @@ def step_htp_dump(ctx: DemoContext) -> DemoStep:
                     details=result.model_dump(mode="json"))
 
 
-STEPS: list[StepFn] = [step_build_model, step_baseline, step_htp_dump, *diagnosis_steps()]
+def step_diagnose_healthy(ctx: DemoContext) -> DemoStep:
+    """Compare the healthy htp-sim dump with the baseline: the verdict should be ok or precision."""
+    from .compare.engine import compare_paths
+
+    result = compare_paths(ctx.baseline, ctx.htp, report_dir=ctx.out / "report", progress=ctx.progress)
+    v = result.verdict
+    return DemoStep(name="diagnose healthy run", path=result.report_files.get("markdown"),
+                    summary=f"verdict {v.kind} — {v.summary}",
+                    details={"verdict": v.model_dump(mode="json"), "first_failing": None})
+
+
+def step_diagnose_bug(ctx: DemoContext) -> DemoStep:
+    """Inject one bug into the example, dump it on the simulator, and check the diagnosis names it."""
+    import onnx
+
+    from .compare.engine import compare_paths
+    from .dump import run_dump
+    from .inject import inject
+    from .targets import DumpRequest
+
+    kind, node = DEMO_BUG
+    edited = ctx.out / "model_bug.onnx"
+    onnx.save(inject(onnx.load(str(ctx.model)), kind, node), str(edited))
+    run_dump(DumpRequest(model=edited, out=ctx.out / "htp-sim-bug", inputs=ctx.baseline / "inputs.npz"), ctx.progress)
+    result = compare_paths(ctx.baseline, ctx.out / "htp-sim-bug", report_dir=ctx.out / "report-bug",
+                           progress=ctx.progress)
+    v, ff = result.verdict, result.first_failing
+    found = ff.op if ff is not None else None
+    mark = "right answer" if found == node and v.kind == "real_bug" else f"WRONG ANSWER (expected {node})"
+    return DemoStep(name="diagnose injected bug", path=result.report_files.get("markdown"),
+                    summary=f"injected {kind} at {node}; verdict {v.kind}/{v.pattern} at {found} ({mark}) — {v.summary}",
+                    details={"injected": {"kind": kind, "node": node}, "verdict": v.model_dump(mode="json"),
+                             "first_failing": ff.model_dump(mode="json") if ff else None,
+                             "right_answer": found == node and v.kind == "real_bug"})
+
+
+STEPS: list[StepFn] = [step_build_model, step_baseline, step_htp_dump, step_diagnose_healthy, step_diagnose_bug]
 
 
 def run_demo(out: str | os.PathLike[str], *, progress: Progress = NULL_PROGRESS) -> DemoResult:

@@ -34,6 +34,7 @@ from .checks import quant_step
 from .importers import ReferenceSide, open_reference, open_target, target_kind
 from .localize import OpNode, find_suspects, judge_tensor, ops_without_graph
 from .metrics import Workspace, metric_values
+from .next_steps import next_steps
 from .schema import CompareResult, MetricValues, TensorRow, UnalignedRow
 from .thresholds import Thresholds
 from .verdict import Finding, Findings, InputMismatch, decide
@@ -73,6 +74,7 @@ def compare_paths(reference: str | Path, target: str | Path, *, model: str | Pat
         result = compare_runs(side, run, model=onnx_model, model_path=model_path, target_kind=kind,
                               options=options, progress=progress, model_note=note)
         result.target = str(target)
+        result.next_steps = next_steps(result)  # its commands name the target as the user gave it
         if report is not None:
             from .report import write_report
 
@@ -212,7 +214,7 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
     if local_note:
         warnings.append(f"local error not computed: {local_note}")
     ordered = sorted(all_rows, key=lambda r: r.position)
-    return CompareResult(
+    result = CompareResult(
         reference=str(ref.dir), target=str(target.dir), target_kind=target_kind,
         floor=str(side.floor.dir) if side.floor is not None else None, model=model_path,
         precision=target.record.precision, first_failing=first, verdict=verdict, tensors=ordered,
@@ -224,6 +226,8 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
                 "floor_aligned": sum(r.floor_metrics is not None for r in all_rows)},
         warnings=warnings, thresholds=th.model_dump(), elapsed_s=round(time.monotonic() - t_start, 3),
     )
+    result.next_steps = next_steps(result)
+    return result
 
 
 def _row(pair: Pair, values: MetricValues, floor_values: MetricValues | None, th: Thresholds) -> TensorRow:

@@ -3,7 +3,7 @@
 A verdict without a next step leaves the user stuck exactly when the answer is "precision, no single op"
 (PP-OCR rec on the simulator: ~18 dB below the floor, no op to blame). The steps are derived from the
 comparison alone — its paths, verdict, op types and observer effect — so the CLI, the MCP tools, the
-report and the engine API all show the same ones (``CompareResult.next_steps``).
+report and the engine API all show the same ones (``CompareResult.next_steps``, filled by ``compare.engine``).
 
 Why these steps (measured on the HTP simulator): marking every tensor blocks ORT's graph fusions, and
 fusions change HTP numerics as a whole-graph effect — PP-OCR rec's output went from 30.8 dB (unmarked)

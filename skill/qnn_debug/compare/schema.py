@@ -4,7 +4,7 @@ The names ``first_failing``, ``verdict`` (``kind``/``pattern``/``confidence``/``
 ``tensors`` (``name, op, op_type, position, metrics, floor_metrics``), ``observer_effect_db`` and
 ``unaligned`` are the public contract of ``qnn-debug compare --json``. Add fields; never rename them.
 Added: ``tensors[].stands_for/equivalence/label`` (alias rows), ``first_failing.observed_as``, ``counts.aliases``.
-``next_steps`` (added) is computed from the rest of the result whenever it is dumped.
+``next_steps`` (added) is derived from the rest of the result when the comparison finishes.
 Only pydantic is imported here, so the CLI and the MCP server can load the schema for free.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, Field
 
 SCHEMA_VERSION = 1
 
@@ -123,11 +123,6 @@ class CompareResult(BaseModel):
     report_files: dict[str, str] = Field(default_factory=dict)
     elapsed_s: float | None = None
 
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def next_steps(self) -> list[str]:
-        """What to run next for this verdict (commands with the MCP tool in brackets, playbooks); derived from the
-        rest of the result on every dump, so it always matches the paths and verdict (see ``next_steps``)."""
-        from .next_steps import next_steps
-
-        return next_steps(self)
+    # What to run next for this verdict (commands with the MCP tool in brackets, playbooks): derived from the
+    # rest of the result by ``compare.next_steps`` once the result is final (``compare.engine`` fills it).
+    next_steps: list[str] = Field(default_factory=list)

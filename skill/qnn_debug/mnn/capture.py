@@ -28,7 +28,8 @@ from .dump_reader import import_mnn_dump, model_info
 from .model_reader import MnnModel, read_mnn_constants, read_mnn_model
 from .modulebasic import precision_value
 from .runner import Executor, ModuleBasicRun, require_success, run_module_basic
-from .testdir import load_inputs, read_testdir, write_testdir
+from .testdir import load_inputs, read_testdir
+from .testdir_builder import write_testdir
 
 Mode = Literal["auto", "online", "offline"]
 CONVERTED_DIR = "mnn2qnn"  # inside the run dir: the debug wrapper .mnn and its context .bin

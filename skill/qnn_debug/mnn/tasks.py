@@ -105,7 +105,7 @@ def make_testdir(out: str | os.PathLike[str], *, baseline: str | os.PathLike[str
                  shapes: dict[str, list[int]] | None = None, seed: int = 0, shape_mutable: bool | None = False,
                  force: bool = False) -> TestDirInfo:
     """A ModuleBasic test dir from a baseline (inputs + fp32 references) or from a model's inputs alone."""
-    from .testdir import testdir_from_baseline, write_testdir
+    from .testdir_builder import write_testdir
 
     if baseline is not None:
         return testdir_from_baseline(baseline, out, shape_mutable=shape_mutable, force=force)
@@ -119,6 +119,30 @@ def make_testdir(out: str | os.PathLike[str], *, baseline: str | os.PathLike[str
     specs = [TensorSpec(name=i.name, shape=[d if d > 0 else None for d in i.shape], dtype=i.dtype) for i in m.inputs]
     prepared = prepare_inputs(specs, inputs=inputs, shapes=shapes, seed=seed)
     return write_testdir(out, prepared.arrays, m.output_names, shape_mutable=shape_mutable, force=force)
+
+
+def testdir_from_baseline(baseline_dir: str | os.PathLike[str], out: str | os.PathLike[str], *,
+                          shape_mutable: bool | None = False, force: bool = False) -> TestDirInfo:
+    """A test dir with the baseline's exact inputs and its fp32 reference outputs.
+
+    ``shapeMutable`` defaults to false because that is what MNN's QNN online backend needs; pass None to
+    leave the key out (ModuleBasic's default, as testMNNFromOnnx writes it).
+    """
+    import numpy as np
+
+    from ..baseline import load_baseline
+    from .testdir_builder import write_testdir
+
+    base = load_baseline(baseline_dir)
+    with np.load(base.inputs_path, allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    ref = base.reference
+    names = ref.record.model.inputs if ref.record.model else []
+    order = [s.name for s in names if s.name in arrays] or list(arrays)
+    outputs = list(ref.record.outputs)
+    references = {n: np.asarray(ref.array(n)) for n in outputs if ref.has(n)}
+    return write_testdir(out, {n: arrays[n] for n in order}, outputs, references=references,
+                         shape_mutable=shape_mutable, force=force)
 
 
 class ImportResult(BaseModel):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -58,72 +57,6 @@ def data_file(directory: Path, name: str) -> Path:
     if root not in path.resolve().parents:
         raise BadInputError(f"tensor name {name!r} would write outside the test dir", hint="rename the tensor")
     return path
-
-
-def write_testdir(
-    out: str | os.PathLike[str],
-    inputs: dict[str, np.ndarray],
-    outputs: list[str],
-    *,
-    references: dict[str, np.ndarray] | None = None,
-    shape_mutable: bool | None = None,
-    force: bool = False,
-) -> TestDirInfo:
-    """Write a test dir: input.json, ``<input>.txt`` and (when given) ``<output>.txt`` references."""
-    d = Path(out)
-    if d.exists() and any(d.iterdir()):
-        if not force:
-            raise BadInputError(f"test dir {d} is not empty", hint="choose a new directory or pass --force")
-        if not (d / INPUT_JSON).is_file():
-            raise BadInputError(f"refusing to replace {d}: it is not an MNN test dir (no {INPUT_JSON})",
-                                hint="choose a new directory")
-        shutil.rmtree(d)
-    d.mkdir(parents=True, exist_ok=True)
-    if not inputs:
-        raise BadInputError("a test dir needs at least one input", hint="pass the model's inputs")
-    doc: dict[str, Any] = {
-        "inputs": [{"name": n, "shape": [int(s) for s in a.shape]} for n, a in inputs.items()],
-        "outputs": list(outputs),
-    }
-    if shape_mutable is not None:
-        doc["shapeMutable"] = shape_mutable
-    for name, arr in inputs.items():
-        _save_txt(data_file(d, name), arr)
-    for name, arr in (references or {}).items():
-        _save_txt(data_file(d, name), arr)
-    atomic_write_text(d / INPUT_JSON, json.dumps(doc, indent=4))
-    return read_testdir(d)
-
-
-def _save_txt(path: Path, arr: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    flat = np.asarray(arr).reshape(-1)
-    if flat.dtype.kind in "iub":
-        text = "\n".join(str(int(v)) for v in flat)
-    else:
-        text = "\n".join(repr(float(v)) for v in flat.astype(np.float64))
-    atomic_write_text(path, text + "\n")
-
-
-def testdir_from_baseline(baseline_dir: str | os.PathLike[str], out: str | os.PathLike[str], *,
-                          shape_mutable: bool | None = False, force: bool = False) -> TestDirInfo:
-    """A test dir with the baseline's exact inputs and its fp32 reference outputs.
-
-    ``shapeMutable`` defaults to false because that is what MNN's QNN online backend needs; pass None to
-    leave the key out (ModuleBasic's default, as testMNNFromOnnx writes it).
-    """
-    from ..baseline import load_baseline
-
-    base = load_baseline(baseline_dir)
-    with np.load(base.inputs_path, allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    ref = base.reference
-    names = ref.record.model.inputs if ref.record.model else []
-    order = [s.name for s in names if s.name in arrays] or list(arrays)
-    outputs = list(ref.record.outputs)
-    references = {n: np.asarray(ref.array(n)) for n in outputs if ref.has(n)}
-    return write_testdir(out, {n: arrays[n] for n in order}, outputs, references=references,
-                         shape_mutable=shape_mutable, force=force)
 
 
 def _load_json(directory: Path) -> tuple[Path, dict[str, Any]]:
