@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from .compare.ranges import RangeReport, range_report
 from .errors import BadInputError
 from .progress import NULL_PROGRESS, Progress
 from .runstore import (
@@ -105,6 +106,7 @@ class BaselineReport(BaseModel):
     sentence: str  # plain words: can the reference be trusted, and if not, why
     gate: GateReport
     floor: str  # "built" or why there is none
+    ranges: RangeReport | None = None  # fp16 range of the reference: the tensors that are not fp16-safe
     created_at: str = Field(default_factory=now_iso)
     runs: dict[str, str] = Field(default_factory=dict)  # role → sub-directory
 
@@ -144,6 +146,10 @@ def run_baseline(model: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         report = _onnx_baseline(path, out_dir, inputs, shapes, seed, progress, mnn_gate)
     else:
         report = _mnn_baseline(path, out_dir, inputs, shapes, seed, progress)
+    with progress.stage("baseline: fp16 range", total=None, message="baseline: checking the fp16 range of every tensor"):
+        report.ranges = range_report(load_run(out_dir / REFERENCE_DIR))
+    if not report.ranges.fp16_safe:
+        report.sentence = f"{report.sentence} {report.ranges.sentence()}"
     atomic_write_text(out_dir / BASELINE_FILE, report.model_dump_json(indent=1))
     counts = {}
     for sub in report.runs.values():

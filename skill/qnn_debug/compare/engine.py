@@ -35,6 +35,7 @@ from .importers import ReferenceSide, open_reference, open_target, target_kind
 from .localize import OpNode, find_suspects, judge_tensor, ops_without_graph
 from .metrics import Workspace, metric_values
 from .next_steps import next_steps
+from .overflow import find_overflow, reference_maxima
 from .schema import CompareResult, MetricValues, TensorRow, UnalignedRow
 from .thresholds import Thresholds
 from .verdict import Finding, Findings, InputMismatch, decide
@@ -191,6 +192,10 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
                     break
     else:
         findings = [Finding(s, None) for s in suspects]
+    overflow = None
+    if not quantized:
+        overflow = find_overflow(ops, rows, reference_maxima(all_rows, ref), ref, target,
+                                 model_nodes=index.nodes if index is not None else None)
     consumers: dict[str, OpNode] = {}
     for op in ops:
         for name in op.inputs:
@@ -200,7 +205,7 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
                   input_mismatches=mismatches, uncompared=uncompared,
                   local_unavailable=local_note,
                   observer_effect_db=target.record.observer_effect_db, has_floor=side.floor is not None,
-                  all_rows=all_rows)
+                  all_rows=all_rows, overflow=overflow)
     verdict, first = decide(fs, th)
     if len(suspects) > len(findings):
         verdict.evidence["unchecked_suspects"] = [

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..baseline import INPUTS_FILE, REFERENCE_DIR
 from . import fmt
@@ -35,6 +35,8 @@ OBSERVER_MARGIN_DB = 10.0
 def next_steps(r: CompareResult) -> list[str]:
     """The steps for ``r``'s verdict, most useful first; none for a healthy run."""
     kind = r.verdict.kind
+    if kind == "precision" and isinstance(r.verdict.evidence.get("fp16_range"), dict):
+        return _fp16_range(r, r.verdict.evidence["fp16_range"])
     if kind == "precision":
         return _precision(r)
     if kind == "real_bug":
@@ -138,7 +140,10 @@ def _observer_reading(marked: dict[str, float | None], effect: dict[str, float])
 
 
 def _precision_mnn(r: CompareResult) -> list[str]:
-    """MNN targets (device, host, MNN dumps): ORT fusions do not apply; check fp16 itself."""
+    """MNN targets (device, host, MNN dumps): ORT fusions do not apply; check fp16 itself.
+
+    No step suggests MNN ``precision=High`` as an fp32 check: on HTP the QNN graph is fp16 either way (graph
+    precision FLOAT16 in MNN's QNN backend, ``fp16_relaxed_precision`` in the offline path)."""
     return [
         f"Get a device-side fp16 floor: run the .mnn on the phone's CPU in fp16, `qnn-debug run MODEL.mnn --target "
         f"device --forward cpu --precision low --baseline {_q(_baseline_dir(r))}` [run_on_device]; an error of the "
@@ -148,6 +153,42 @@ def _precision_mnn(r: CompareResult) -> list[str]:
         f"`qnn-debug diagnose {_model(r)} --target htp-sim` [diagnose].",
         f"Background: {WRONG_NUMBERS} (fp16 noise vs bug).",
     ]
+
+
+def _fp16_range(r: CompareResult, ev: dict[str, Any]) -> list[str]:
+    """Remedies for a model that is not fp16-safe, each with why, most targeted first."""
+    op, tensor, k = ev.get("op"), ev.get("tensor"), ev.get("rescale_exponent")
+    source, construct = ev.get("rescale_input"), ev.get("scale_invariant")
+    ref_max = float(ev.get("reference_max_abs") or 0.0)
+    scale = f"2^-{k}" if k else "2^-k"
+    where = f"`{source}` (the input of {op})" if source else f"the input of {op}"
+    squaring = bool(ev.get("squaring"))
+    shrink = "squares shrink with the square of the factor, so " if squaring else ""
+    after = ref_max / (4.0 if squaring else 2.0) ** int(k or 1)
+    steps = []
+    if construct:
+        why = {"L2-norm": "x / ||x|| is unchanged when x is scaled",
+               "RMSNorm": "x / rms(x) is unchanged when x is scaled (scale eps by the square of the factor)",
+               "LayerNorm": "(x - mean) / std is unchanged when x is scaled (scale eps by the square of the factor)",
+               "Softmax input": "softmax(x - max(x)) equals softmax(x), and the shifted logits stay small"}[str(construct)]
+        steps.append(f"Rescale by a power of two around the scale-invariant {construct}: multiply {where} by {scale} "
+                     f"before it ({shrink}`{tensor}` drops from {ref_max:.3g} to about {after:.3g}, "
+                     f"inside fp16's 65504). Why: {why}, and a power of two is exact in fp16, so nothing else changes.")
+    else:
+        steps.append(f"Rescale by a power of two: multiply {where} by {scale} and undo it after the value is back "
+                     f"in range (`{tensor}` reaches {ref_max:.3g}; fp16 holds 65504, HTP saturates at 131008). Why: "
+                     f"a power of two is exact in fp16, so only the range changes.")
+    steps.append(f"Or move the reduction earlier: average instead of summing (ReduceMean, or divide by the count "
+                 f"before {op}), so partial results stay in range. Why: a sum of N squares grows N times faster "
+                 f"than its mean, and the mean is what the normalisation needs.")
+    steps.append(f"Or keep this region off the NPU (run {op} and its normalisation on CPU, split the graph there). "
+                 "Why: MNN's precision=High does not help — on HTP the QNN graph is fp16 either way (graph precision "
+                 "FLOAT16; the offline path sets fp16_relaxed_precision), so only another backend holds the value.")
+    fixed = f"`qnn-debug baseline FIXED_MODEL.onnx {_inputs_arg(r)} --out FIXED_BASELINE` [baseline]"
+    steps.append(f"After the change, check the range before the device: {fixed} lists the tensors that are still "
+                 f"not fp16-safe (baseline.json `ranges`), then `qnn-debug diagnose FIXED_MODEL.onnx --target htp-sim "
+                 f"{_inputs_arg(r)}` [diagnose].")
+    return steps
 
 
 def _real_bug(r: CompareResult) -> list[str]:

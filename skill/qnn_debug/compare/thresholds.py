@@ -22,6 +22,10 @@ DEFAULT_OP_ABS_TOL: dict[str, float] = {
     "Tanh": 1e-3,
 }
 
+# A graph output below this SQNR against fp32 is unusable (measured healthy fp16 outputs: 45-72 dB on the conv
+# nets, PP-OCR and MiniLM; an fp16-overflowing L2-norm: -5.6 dB). ``ok`` needs the fp16 floor's outputs above it.
+OUTPUT_OK_DB = 30.0
+
 
 class Thresholds(BaseModel):
     """Gates of the verdict. Defaults are conservative; override per call for unusual models."""
@@ -50,6 +54,10 @@ class Thresholds(BaseModel):
     rtol: float = 1e-2
     # End-to-end gate reported for the model outputs (MNN ModuleBasic fails above 1 % diff rate).
     output_diff_rate: float = 1e-2
+    # ``ok`` only when every graph output of the fp16 floor reaches this SQNR: a bad floor is itself a finding.
+    output_ok_db: float = OUTPUT_OK_DB
+    # Drift: a stretch whose excess grows by at least this much, no op jumping, is reported as a precision note.
+    drift_db: float = 10.0
     # How many suspects get a local re-run before giving up (each costs one small ORT session).
     max_local_checks: int = 8
     op_abs_tol: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_OP_ABS_TOL))

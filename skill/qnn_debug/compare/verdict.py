@@ -20,9 +20,10 @@ from typing import Any
 from . import fmt
 from .local_error import local_limit_db
 from .localize import OpNode, Suspect
+from .overflow import Overflow
 from .patterns import Trial
 from .schema import FirstFailing, LocalError, Pattern, TensorRow, Verdict
-from .thresholds import Thresholds
+from .thresholds import OUTPUT_OK_DB, Thresholds
 
 MAX_TRIALS_IN_EVIDENCE = 10
 
@@ -66,6 +67,7 @@ class Findings:
     observer_effect_db: dict[str, float] | None = None
     has_floor: bool = True  # False: excess was judged against the fixed fp16 level, not a floor run
     all_rows: list[TensorRow] = field(default_factory=list)  # every row, aliases included (default: ``rows``)
+    overflow: Overflow | None = None  # the first op whose reference output leaves the fp16 range (target at the rail)
 
     def every_row(self) -> list[TensorRow]:
         return self.all_rows or list(self.rows.values())
@@ -145,8 +147,51 @@ def decide(fs: Findings, th: Thresholds) -> tuple[Verdict, FirstFailing | None]:
         return _zero_input_verdict(fs, base)
     if fs.input_mismatches:
         return _input_mismatch_verdict(fs, base)
+    hit = _confirmed(fs)
+    if fs.overflow is not None and (hit is None or hit.suspect.op.position >= fs.overflow.op.position):
+        verdict, at = _overflow_verdict(fs, base, hit)
+        return _discount_uncompared(verdict, fs), at
     verdict, first = _decide_ops(fs, th, base, worst, floor)
     return _discount_uncompared(verdict, fs), first
+
+
+def _overflow_verdict(fs: Findings, base: dict[str, Any], hit: Finding | None) -> tuple[Verdict, FirstFailing]:
+    """The model is not fp16-safe: the first op leaving the fp16 range is where the run goes wrong, whatever
+    its local re-run says (an fp32 re-run of an op whose result fp16 cannot hold always disagrees)."""
+    o = fs.overflow
+    assert o is not None
+    ev: dict[str, Any] = {**base, "fp16_range": o.evidence()}
+    if o.row is not None:
+        ev.update(_row_evidence(o.row))
+    if hit is not None:
+        ev["downstream_suspect"] = {"tensor": hit.suspect.tensor, "op": hit.suspect.op.name,
+                                    "local_sqnr_db": _r(hit.local.sqnr_db if hit.local else None),
+                                    "note": "its error follows from the overflow upstream"}
+    where = f"{o.op.name} ({o.op.op_type}, position {o.op.position})"
+    if o.row is None:
+        target = ("its output was not dumped, and the tensors after it are broken; an fp16 engine cannot hold "
+                  "that value")
+    elif o.nonfinite:
+        target = f"the target holds inf/NaN there ({o.nonfinite} of {o.size} values): an IEEE fp16 producer overflowed"
+    elif o.rail is not None and o.rail > 65504.0:
+        target = (f"the target tops out at {o.target_max:.6g}, {o.at_rail} of {o.size} values at HTP's ±131008 "
+                  f"saturation rail (HTP fp16 has no inf)")
+    else:
+        target = f"the target tops out at {o.target_max:.6g}, {o.at_rail} of {o.size} values at the ±65504 fp16 rail"
+    outs = _end_to_end(fs)
+    floors = [v.get("floor_sqnr_db") for v in outs.values() if v.get("floor_sqnr_db") is not None]
+    floor_words = (f" The fp16 floor fails the same way (worst output {fmt.db_unit(min(floors))}): no fp16 engine can "
+                   f"run this as is." if floors and min(floors) < OUTPUT_OK_DB else
+                   " No fp16 engine can run this as is.")
+    summary = (f"Precision, not a wrong op: the model is not fp16-safe. {where} is the first op whose reference "
+               f"output leaves the fp16 range: `{o.tensor}` reaches {o.ref_max:.3g} (fp16 max 65504) while its "
+               f"inputs stay within ±{o.input_max:.3g}; {target}.{floor_words} Rescale by 2^{o.rescale_exponent()} "
+               f"around it (see next steps).")
+    first = FirstFailing(tensor=o.tensor, op=o.op.name, op_type=o.op.op_type, position=o.op.position,
+                         observed_as=o.row.name if o.row is not None and o.row.stands_for else None,
+                         local_error=hit.local if hit is not None and hit.suspect.op.name == o.op.name else None)
+    confidence = 0.9 if o.row is not None else 0.6
+    return Verdict(kind="precision", pattern="nan_inf", confidence=confidence, summary=summary, evidence=ev), first
 
 
 def _discount_uncompared(verdict: Verdict, fs: Findings) -> Verdict:
@@ -215,11 +260,29 @@ def _decide_ops(fs: Findings, th: Thresholds, base: dict[str, Any], worst: Tenso
                f"{len(unresolved)} suspect op(s) could not be re-run to tell (see evidence)")
         return (Verdict(kind="precision", pattern="none", confidence=0.55 if unresolved else 0.75,
                         summary=f"Precision, not a wrong op: {where}, but {why}.", evidence=ev), None)
+    poor = _poor_floor_outputs(fs, th)
+    if poor:
+        words = ", ".join(f"{n!r} {fmt.db_unit(db)}" for n, db in poor[:3])
+        return (Verdict(kind="precision", pattern="none", confidence=0.7,
+                        summary=f"Precision: the target is at the fp16 floor, but the floor itself is not acceptable "
+                                f"(graph output SQNR {words}, below {th.output_ok_db:g} dB): no fp16 engine can run "
+                                f"this as is.",
+                        evidence={**ev, "poor_floor_outputs": dict(poor)}), None)
     summary = f"Healthy: every tensor is at the error level of {floor}."
     if worst is not None and (worst.excess_db or 0.0) >= 0.05:
         summary = (f"Healthy: every tensor is within {th.excess_ok_db:g} dB of {floor} "
                    f"(worst {worst.name!r}, {fmt.amount(worst.excess_db)} dB).")
     return Verdict(kind="ok", pattern="none", confidence=0.9 if fs.rows else 0.3, summary=summary, evidence=ev), None
+
+
+def _poor_floor_outputs(fs: Findings, th: Thresholds) -> list[tuple[str, float]]:
+    """Graph outputs whose fp16-floor SQNR is below the acceptable level (the floor is broken, not the target)."""
+    out = []
+    for name, v in _end_to_end(fs).items():
+        db = v.get("floor_sqnr_db")
+        if db is not None and db < th.output_ok_db:
+            out.append((name, float(db)))
+    return out
 
 
 def _zero_input_verdict(fs: Findings, base: dict[str, Any]) -> tuple[Verdict, FirstFailing]:

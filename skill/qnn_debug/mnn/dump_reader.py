@@ -29,6 +29,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..errors import BadInputError
+from ..htp_fp16 import HTP_FP16_MAX, Fp16Codes, decode_fp16
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import (
     Equivalence,
@@ -220,10 +221,15 @@ class DecodedTensor(BaseModel, arbitrary_types_allowed=True):
     values: np.ndarray
     raw: np.ndarray | None = None
     note: str | None = None
+    fp16_extended: int = 0  # HTP fp16 codes with exponent field 31, read as finite values
+    fp16_saturated: int = 0  # ... of which at HTP's rail (±131008)
 
 
-def read_entry(dump_dir: str | os.PathLike[str], entry: DumpEntry) -> DecodedTensor:
-    """Decode one manifest row's raw file (QNN layout, little-endian), dequantizing SCALE_OFFSET data."""
+def read_entry(dump_dir: str | os.PathLike[str], entry: DumpEntry, *, fp16_codes: Fp16Codes = "htp") -> DecodedTensor:
+    """Decode one manifest row's raw file (QNN layout, little-endian), dequantizing SCALE_OFFSET data.
+
+    FLOAT_16 buffers are HTP's by default: exponent-31 codes are finite (up to 131008), never inf/NaN
+    (``fp16_codes="ieee"`` for a producer with IEEE semantics)."""
     base = Path(dump_dir)
     if not entry.file or "/" in entry.file or "\\" in entry.file or entry.file in (".", ".."):
         raise BadInputError(f"manifest row {entry.line} names an unsafe file {entry.file!r}",
@@ -248,6 +254,14 @@ def read_entry(dump_dir: str | os.PathLike[str], entry: DumpEntry) -> DecodedTen
             hint="the dump is truncated or belongs to another run; re-run with a cleared dump directory",
         )
     data = np.fromfile(path, dtype=np_dtype, count=count).reshape(entry.dims)
+    if dt.numpy == "float16":
+        half = decode_fp16(data, fp16_codes)
+        note = None
+        if half.extended:
+            note = (f"{half.extended} HTP fp16 value(s) beyond ±65504 read as finite (exponent field 31), "
+                    f"{half.saturated} at the ±{HTP_FP16_MAX:g} saturation rail")
+        return DecodedTensor(entry=entry, values=half.values, note=note, fp16_extended=half.extended,
+                             fp16_saturated=half.saturated)
     if dt.is_float:
         return DecodedTensor(entry=entry, values=data.astype(np.float64 if dt.numpy == "float64" else np.float32))
     if dt.fixed_point:
@@ -393,6 +407,7 @@ def import_mnn_dump(
     warnings: Sequence[str] = (),
     extra: Mapping[str, object] | None = None,
     input_arrays: Mapping[str, np.ndarray] | None = None,
+    fp16_codes: Fp16Codes = "htp",
     progress: Progress = NULL_PROGRESS,
 ) -> Run:
     """Import one execution of an MNN QNN dump directory into a run directory ``out``.
@@ -401,6 +416,8 @@ def import_mnn_dump(
     into tensor names, names the producing ops and says which tensors were channel-last. ``shapes`` (model
     tensor name → model-layout shape, e.g. from a reference run) makes the layout decision exact.
     ``input_arrays`` (the data the run was fed) are stored as graph inputs, which QNN never dumps.
+    ``fp16_codes`` says how FLOAT_16 buffers encode exponent-31 codes (HTP: finite; see :mod:`qnn_debug.htp_fp16`);
+    the run records how many values were read beyond ±65504 (``extra["htp_fp16"]``).
     """
     scan = scan_dump_dir(dump_dir)
     chosen = scan.execution(execution)
@@ -442,10 +459,11 @@ def import_mnn_dump(
     for name, arr in (input_arrays or {}).items():
         if name not in dumped:
             writer.add_tensor(_unique(name, used), np.asarray(arr), kind="input", position=-1, label="graph input as fed")
+    fp16_stats: dict[str, dict[str, int]] = {}
     with progress.stage("import MNN dump", total=len(placed)) as advance:
         for place, entry in placed:
             try:
-                decoded = read_entry(scan.path, entry)
+                decoded = read_entry(scan.path, entry, fp16_codes=fp16_codes)
             except BadInputError as e:
                 run_warnings.append(f"{entry.name}: {e.message} (not imported)")
                 advance()
@@ -458,6 +476,8 @@ def import_mnn_dump(
                 values = _to_model_layout(values)
                 raw = None if raw is None else _to_model_layout(raw)
             label = "; ".join(x for x in (place.label, decoded.note) if x) or None
+            if decoded.fp16_extended:
+                fp16_stats[place.name] = {"extended": decoded.fp16_extended, "saturated": decoded.fp16_saturated}
             dt = data_type(entry.data_type)
             writer.add_tensor(
                 _unique(place.name, used),
@@ -476,8 +496,22 @@ def import_mnn_dump(
                 equivalent=place.equivalent,
             )
             advance()
+    record.extra["htp_fp16"] = _fp16_summary(fp16_codes, fp16_stats)
+    if fp16_stats:
+        ext = sum(v["extended"] for v in fp16_stats.values())
+        sat = sum(v["saturated"] for v in fp16_stats.values())
+        run_warnings.append(f"{ext} fp16 value(s) in {len(fp16_stats)} tensor(s) lie beyond ±65504 (HTP's exponent-31 "
+                            f"codes, read as finite), {sat} at the ±{HTP_FP16_MAX:g} saturation rail: "
+                            + ", ".join(list(fp16_stats)[:5]))
     record.warnings = run_warnings
     return writer.finish()
+
+
+def _fp16_summary(codes: Fp16Codes, stats: dict[str, dict[str, int]]) -> dict[str, object]:
+    """What the run records about fp16 values beyond the IEEE range (how they were read, how many, where)."""
+    return {"codes": codes, "extended_values": sum(v["extended"] for v in stats.values()),
+            "saturated_values": sum(v["saturated"] for v in stats.values()),
+            "tensors": dict(list(stats.items())[:50])}
 
 
 def _unique(name: str, used: set[str]) -> str:
