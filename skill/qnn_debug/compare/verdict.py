@@ -276,11 +276,12 @@ def _decide_ops(fs: Findings, th: Thresholds, base: dict[str, Any], worst: Tenso
 
 
 def _poor_floor_outputs(fs: Findings, th: Thresholds) -> list[tuple[str, float]]:
-    """Graph outputs whose fp16-floor SQNR is below the acceptable level (the floor is broken, not the target)."""
+    """Graph outputs whose fp16-floor SQNR is below the acceptable level while the target is no better (a target
+    that beats a broken floor, e.g. HTP holding values up to 131008 that the floor clips at 65504, is fine)."""
     out = []
     for name, v in _end_to_end(fs).items():
-        db = v.get("floor_sqnr_db")
-        if db is not None and db < th.output_ok_db:
+        db, own = v.get("floor_sqnr_db"), v.get("sqnr_db")
+        if db is not None and db < th.output_ok_db and (own is None or own < th.output_ok_db):
             out.append((name, float(db)))
     return out
 
