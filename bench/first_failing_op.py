@@ -46,10 +46,11 @@ def child_htp(model: str, inputs: str, out: str) -> None:
     """A QNN run of a truncated model in a fresh process, as ``ModuleBasic.out`` does on a device."""
     import numpy as np
 
+    from qnn_debug.mnn.soc import DEFAULT_SOC
     from qnn_debug.targets import qnn_ep
 
     feeds = dict(np.load(inputs))
-    info = qnn_ep.create_session(Path(model).read_bytes(), qnn_ep.provider_options(69, None), verbose=False)
+    info = qnn_ep.create_session(Path(model).read_bytes(), qnn_ep.provider_options(DEFAULT_SOC, None), verbose=False)
     names = [o.name for o in info.session.get_outputs()]
     for _ in range(MODULEBASIC_FORWARDS):
         result = info.session.run(names, feeds)[0]

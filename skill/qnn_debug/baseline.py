@@ -36,6 +36,11 @@ from .compare.ranges import RangeReport, range_report
 from .errors import BadInputError
 from .progress import NULL_PROGRESS, Progress
 from .runstore import (
+    BASELINE_FILE,
+    FLOOR_DIR,
+    INPUTS_FILE,
+    MNN_DIR,
+    REFERENCE_DIR,
     RUN_FILE,
     TENSOR_DIR,
     InputInfo,
@@ -49,9 +54,6 @@ from .runstore import (
 if TYPE_CHECKING:
     import numpy as np
 
-BASELINE_FILE = "baseline.json"
-INPUTS_FILE = "inputs.npz"
-REFERENCE_DIR, FLOOR_DIR, MNN_DIR = "reference", "fp16_floor", "mnn_cpu"
 GATE_MIN_LIMIT, GATE_MAX_LIMIT, GATE_FLOOR_FRACTION = 1e-4, 1e-2, 0.1
 NEAR_ZERO = 1e-4  # an output whose largest magnitude is below this carries no signal to compare
 BASELINE_SCHEMA = 1

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .progress import NULL_PROGRESS, Progress
-from .runstore import atomic_write_text, check_output_dir
+from .runstore import INPUTS_FILE, atomic_write_text, check_output_dir
 
 DEMO_FILE = "demo.json"
 MODEL_FILE = "model.onnx"
@@ -89,7 +89,7 @@ def step_htp_dump(ctx: DemoContext) -> DemoStep:
     from .targets import DumpRequest
 
     result = run_dump(DumpRequest(model=ctx.model, out=ctx.htp, target="htp-sim", precision="fp16",
-                                  inputs=ctx.baseline / "inputs.npz"), ctx.progress)
+                                  inputs=ctx.baseline / INPUTS_FILE), ctx.progress)
     from .compare import fmt
 
     effect = ", ".join(f"{k} {fmt.observer(v)}" for k, v in (result.observer_effect_db or {}).items())
@@ -122,7 +122,7 @@ def step_diagnose_bug(ctx: DemoContext) -> DemoStep:
     kind, node = DEMO_BUG
     edited = ctx.out / "model_bug.onnx"
     onnx.save(inject(onnx.load(str(ctx.model)), kind, node), str(edited))
-    run_dump(DumpRequest(model=edited, out=ctx.out / "htp-sim-bug", inputs=ctx.baseline / "inputs.npz"), ctx.progress)
+    run_dump(DumpRequest(model=edited, out=ctx.out / "htp-sim-bug", inputs=ctx.baseline / INPUTS_FILE), ctx.progress)
     result = compare_paths(ctx.baseline, ctx.out / "htp-sim-bug", report_dir=ctx.out / "report-bug",
                            progress=ctx.progress)
     v, ff = result.verdict, result.first_failing

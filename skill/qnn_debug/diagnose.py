@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from .compare.schema import CompareResult
 from .errors import BadInputError
+from .mnn.soc import DEFAULT_SOC
 from .progress import NULL_PROGRESS, Progress
 from .targets import Precision
 
@@ -48,7 +49,7 @@ class DiagnoseResult(BaseModel):
 
 def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inputs: str | os.PathLike[str] | None = None,
              shapes: dict[str, list[int]] | None = None, target: str = "htp-sim", precision: Precision = "fp16",
-             soc_model: int = 69, htp_arch: int | None = None, seed: int = 0, force: bool = False,
+             soc_model: int = DEFAULT_SOC, htp_arch: int | None = None, seed: int = 0, force: bool = False,
              mnn_gate: bool = True, target_options: dict[str, str] | None = None, timeout: float = 1800.0,
              reference_model: str | os.PathLike[str] | None = None,
              progress: Progress = NULL_PROGRESS) -> DiagnoseResult:

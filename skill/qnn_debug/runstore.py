@@ -35,6 +35,11 @@ SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
 TENSOR_DIR = "tensors"
 LOG_DIR = "logs"
+# A baseline directory's layout: ``qnn_debug.baseline`` writes it; compare, next steps, the MNN capture and
+# the test-dir builder read it. The names live here, with the rest of the run store's layout.
+BASELINE_FILE = "baseline.json"
+INPUTS_FILE = "inputs.npz"  # the exact inputs of every run in the baseline
+REFERENCE_DIR, FLOOR_DIR, MNN_DIR = "reference", "fp16_floor", "mnn_cpu"
 
 RunRole = Literal["reference", "fp16_floor", "target", "mnn_cpu", "imported"]
 TensorKind = Literal["input", "activation", "output", "stage", "constant"]
@@ -383,3 +388,15 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     except ValidationError as e:
         raise BadInputError(f"{run_file} is not a valid run record: {e.errors()[0]['msg']}", hint="re-run the capture") from None
     return Run(p, record)
+
+
+def baseline_reference(path: str | os.PathLike[str]) -> Run:
+    """The reference run of a baseline directory, for code below the baseline stage (targets, MNN capture);
+    the whole baseline with its gate report is ``qnn_debug.baseline.load_baseline``."""
+    p = Path(path)
+    if p.is_file() and p.name == BASELINE_FILE:
+        p = p.parent
+    if not (p / BASELINE_FILE).is_file():
+        raise BadInputError(f"{p} is not a baseline directory (no {BASELINE_FILE})",
+                            hint="pass the --out directory of `qnn-debug baseline`; it may not have finished")
+    return load_run(p / REFERENCE_DIR)

@@ -13,6 +13,8 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
+from qnn_debug.mnn.soc import DEFAULT_SOC, default_soc_help
+
 from ..args import Background, ClientRoots, InputsOrTestDir, OutPath, PathArg
 from ..calls import app_state, new_output, tool, workspace
 from ..errors import tool_error
@@ -28,7 +30,7 @@ Shapes = Annotated[
           description='Fix dynamic input shapes, e.g. {"x": [1, 3, 224, 224]}; omit to use the model\'s own.'),
 ]
 Seed = Annotated[int, Field(ge=0, le=2**31 - 1, description="Seed of the generated inputs (ignored with `inputs`).")]
-Soc = Annotated[int, Field(ge=1, le=1000, description="QNN soc_model, e.g. 69 = Snapdragon 8 Elite, 57 = 8 Gen 3, "
+Soc = Annotated[int, Field(ge=1, le=1000, description=f"QNN soc_model, e.g. {default_soc_help()}, 57 = 8 Gen 3, "
                                                         "43 = 8 Gen 2; decides the HTP's numerics.")]
 OnnxModelPath = Annotated[str | None, Field(default=None, max_length=4096,
                                             description="The reference's .onnx model, used to re-run suspect ops on "
@@ -122,7 +124,7 @@ def register_runs(server: MCPServer) -> None:
         out: OutPath = None,
         inputs: InputsOrTestDir = None,
         precision: Annotated[Literal["fp16", "quantized"], Field(description="fp16, or quantized for QDQ models")] = "fp16",
-        soc: Soc = 69,
+        soc: Soc = DEFAULT_SOC,
         arch: Arch = None,
         shapes: Shapes = None,
         seed: Seed = 0,
@@ -228,7 +230,7 @@ def register_compare(server: MCPServer) -> None:
         out: OutPath = None,
         inputs: InputsOrTestDir = None,
         precision: Annotated[Literal["fp16", "quantized"], Field(description="fp16, or quantized for QDQ models")] = "fp16",
-        soc: Soc = 69,
+        soc: Soc = DEFAULT_SOC,
         arch: Arch = None,
         shapes: Shapes = None,
         seed: Seed = 0,

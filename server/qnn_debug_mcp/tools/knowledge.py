@@ -14,6 +14,7 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field
 
+from qnn_debug.mnn.soc import DEFAULT_SOC, default_soc_help
 from qnn_debug.ops.models import OpConstraints
 from qnn_debug.triage.models import TriageResult
 
@@ -92,7 +93,7 @@ def register(server: MCPServer) -> None:
         attrs: Annotated[dict[Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")],
                               Annotated[str, Field(max_length=200)]] | None,
                          Field(max_length=32, description='probe ONNX attributes, e.g. {"kernel_shape": "3,3"}')] = None,
-        soc: Annotated[int, Field(ge=1, le=1000, description="soc_model of the probe (69 = 8 Elite)")] = 69,
+        soc: Annotated[int, Field(ge=1, le=1000, description=f"soc_model of the probe ({default_soc_help()})")] = DEFAULT_SOC,
     ) -> Annotated[CallToolResult, OpConstraints]:
         """Look up what MNN's QNN backend does with an op and what Qualcomm's HTP accepts: the QNN
         op(s) MNN emits for it (or that it has no QNN implementation and falls back to CPU), its

@@ -7,12 +7,13 @@ from pathlib import Path
 import typer
 
 from ..errors import BadInputError, QnnDebugError
+from ..mnn.soc import DEFAULT_SOC, default_soc_help
 from .app import app
 from .baseline_cmd import INPUTS_OR_TESTDIR_OPTION, SEED_OPTION, SHAPE_OPTION, default_out
 from .common import FORCE_OPTION, JSON_OPTION, cli_progress, emit, fail
 
 # Shared with other commands that run a QNN target (diagnose, ...).
-SOC_OPTION = typer.Option(69, "--soc", help="QNN soc_model (69 = Snapdragon 8 Elite; it decides fp16 numerics).")
+SOC_OPTION = typer.Option(DEFAULT_SOC, "--soc", help=f"QNN soc_model ({default_soc_help()}; it decides fp16 numerics).")
 ARCH_OPTION = typer.Option(None, "--arch", help="HTP architecture without the 'v' (default: the SoC's).")
 PRECISION_OPTION = typer.Option("fp16", "--precision", help="fp16, or quantized for QDQ models.")
 TARGET_OPTIONS_OPTION = typer.Option(None, "--option", help="Target setting key=value (repeatable).")

@@ -7,6 +7,7 @@ import sys
 import typer
 
 from ..errors import QnnDebugError
+from ..mnn.soc import DEFAULT_SOC, default_soc_help
 from .app import app
 from .common import JSON_OPTION, cli_progress, emit, fail
 
@@ -18,7 +19,7 @@ def op(
     shape: list[str] = typer.Option([], "--shape", help="Probe input DIMS[:DTYPE][=V1,...], once per input (later inputs become constants)."),
     attr: list[str] = typer.Option([], "--attr", help="Probe ONNX attribute key=value (lists as 1,1)."),
     sdk: str | None = typer.Option(None, "--sdk", help="QNN/QAIRT SDK root (default: $QNN_SDK_ROOT)."),
-    soc: int = typer.Option(69, "--soc", help="soc_model for the probe (69 = 8 Elite; 30 = fp32-accurate check)."),
+    soc: int = typer.Option(DEFAULT_SOC, "--soc", help=f"soc_model for the probe ({default_soc_help()}; 30 = fp32-accurate check)."),
     opset: int = typer.Option(20, "--opset", help="ONNX opset of the probe graph."),
     json_out: bool = JSON_OPTION,
 ) -> None:

@@ -23,11 +23,10 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ..baseline import MNN_DIR
 from ..errors import BadInputError
 from ..onnx_graph import is_floor_helper
 from ..progress import NULL_PROGRESS, Progress
-from ..runstore import Run, atomic_write_text, sha256_file
+from ..runstore import MNN_DIR, Run, atomic_write_text, sha256_file
 from . import fmt
 from .align import DEFAULT_CHUNK, Pair, align, pair_stats, prefetch_pair
 from .checks import quant_step

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..baseline import FLOOR_DIR, REFERENCE_DIR
 from ..errors import BadInputError
 from ..progress import NULL_PROGRESS, Progress
-from ..runstore import RUN_FILE, Run, RunRecord, RunWriter, load_run
+from ..runstore import FLOOR_DIR, REFERENCE_DIR, RUN_FILE, Run, RunRecord, RunWriter, load_run
 
 
 @dataclass

@@ -18,7 +18,8 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..baseline import INPUTS_FILE, REFERENCE_DIR
+from ..mnn.soc import DEFAULT_SOC
+from ..runstore import INPUTS_FILE, REFERENCE_DIR
 from . import fmt
 
 if TYPE_CHECKING:
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 WRONG_NUMBERS = "playbooks/wrong-numbers.md"
 SHAPE_MUTABLE = "playbooks/shape-mutable.md"
 UNMARKED_OUTPUTS = "unmarked_outputs.npz"  # written by every htp-sim run (workers/htp_worker.py)
-DEFAULT_SOC = 69
 # Marked vs unmarked outputs closer than this to the output's own error: marking changed what is measured.
 OBSERVER_MARGIN_DB = 10.0
 

@@ -195,9 +195,9 @@ def capture(request: DumpRequest, executor: Executor, opts: CaptureOptions, prog
 def _baseline_references(baseline: Path | None, outputs: list[str]) -> dict[str, np.ndarray] | None:
     if baseline is None:
         return None
-    from ..baseline import load_baseline
+    from ..runstore import baseline_reference
 
-    ref = load_baseline(baseline).reference
+    ref = baseline_reference(baseline)
     return {n: np.asarray(ref.array(n)) for n in outputs if ref.has(n)}
 
 

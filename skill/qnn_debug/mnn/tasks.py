@@ -16,6 +16,7 @@ from ..progress import NULL_PROGRESS, Progress
 from ..runstore import load_run
 from ..targets import Precision
 from .modulebasic import ModuleBasicReport, forward_type, precision_value
+from .soc import DEFAULT_SOC
 from .testdir import TestDirInfo
 
 
@@ -67,7 +68,7 @@ def run_model(model: str | os.PathLike[str], *, target: Literal["device", "host"
               forward: str = "qnn", precision: str = "low", testdir: str | os.PathLike[str] | None = None,
               baseline: str | os.PathLike[str] | None = None, inputs: str | os.PathLike[str] | None = None,
               shapes: dict[str, list[int]] | None = None, seed: int = 0, options: dict[str, str] | None = None,
-              force: bool = False, timeout: float = 1800.0, soc_model: int = 69, htp_arch: int | None = None,
+              force: bool = False, timeout: float = 1800.0, soc_model: int = DEFAULT_SOC, htp_arch: int | None = None,
               progress: Progress = NULL_PROGRESS) -> RunModelResult:
     """Run ``model`` with ModuleBasic on a phone or a local build, exactly as MNN's own test does."""
     from ..targets import DumpRequest, get_target

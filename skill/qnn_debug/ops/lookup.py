@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import BadInputError
 from ..mnn import optypes
+from ..mnn.soc import DEFAULT_SOC
 from ..progress import NULL_PROGRESS, Progress
 from .models import Fact, MnnOpInfo, OpConstraints, QnnOpInfo
 from .probe import InputSpec, parse_attr, parse_input_spec, probe_op
@@ -38,7 +39,7 @@ def lookup_op_constraints(
     probe: bool = False,
     shapes: list[str] | None = None,
     attrs: list[str] | dict[str, Any] | None = None,
-    soc_model: int = 69,
+    soc_model: int = DEFAULT_SOC,
     opset: int = 20,
     timeout: float = 180.0,
     progress: Progress = NULL_PROGRESS,

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..errors import BadInputError
+from ..mnn.soc import DEFAULT_SOC
 from ..progress import NULL_PROGRESS, Progress
 from .models import ProbeResult
 
@@ -89,14 +90,14 @@ def _attr_value(value: str) -> Any:
         return value
 
 
-def probe_op(onnx_op: str, inputs: list[InputSpec], attrs: dict[str, Any], *, soc_model: int = 69,
+def probe_op(onnx_op: str, inputs: list[InputSpec], attrs: dict[str, Any], *, soc_model: int = DEFAULT_SOC,
              opset: int = 20, timeout: float = 180.0, progress: Progress = NULL_PROGRESS) -> ProbeResult:
     """Run a one-op graph on the HTP simulator in a worker and report whether QNN accepted it, in QNN's words."""
-    from ..targets.qnn_ep import KNOWN_SOCS
+    from ..mnn.soc import SOC_IDS, known_soc_hint
     from ..workers import run_worker
 
-    if soc_model not in KNOWN_SOCS and soc_model != 0:
-        raise BadInputError(f"unknown soc_model {soc_model}", hint=f"use one of {sorted(KNOWN_SOCS)}")
+    if soc_model not in SOC_IDS and soc_model != 0:
+        raise BadInputError(f"unknown soc_model {soc_model}", hint=known_soc_hint())
     if not inputs:
         raise BadInputError(f"no inputs for the {onnx_op} probe", hint="give --shape for each input")
     request = {"op": onnx_op, "inputs": [i.model_dump() for i in inputs], "attrs": attrs, "soc_model": soc_model, "opset": opset}

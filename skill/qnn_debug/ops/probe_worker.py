@@ -20,11 +20,12 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
+    from ..mnn.soc import DEFAULT_SOC
     from ..targets.qnn_ep import create_session, provider_options
 
     op = str(request["op"])
     opset = int(request.get("opset", 20))
-    soc = int(request.get("soc_model", 69))
+    soc = int(request.get("soc_model", DEFAULT_SOC))
     try:
         schema = onnx.defs.get_schema(op, opset)
     except Exception:
@@ -99,4 +100,4 @@ def _answer(request: dict[str, Any], accepted: bool, stage: str, message: str, m
 
     return {"onnx_op": request["op"], "accepted": accepted, "stage": stage, "message": message, "qnn_messages": msgs[:20],
             "inputs": [spec(s) for s in request["inputs"]], "attributes": {k: str(v) for k, v in request.get("attrs", {}).items()},
-            "soc_model": int(request.get("soc_model", 69)), "seconds": round(seconds, 3)}
+            "soc_model": int(request["soc_model"]), "seconds": round(seconds, 3)}

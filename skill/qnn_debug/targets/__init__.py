@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ..errors import BadInputError
+from ..mnn.soc import DEFAULT_SOC
 from ..progress import Progress
 from ..runstore import Run
 
@@ -29,7 +30,7 @@ class DumpRequest(BaseModel):
     out: Path
     target: str = "htp-sim"  # a name registered below; ``qnn_debug.dump.run_dump`` dispatches on it
     precision: Precision = "fp16"
-    soc_model: int = 69
+    soc_model: int = DEFAULT_SOC
     htp_arch: int | None = None
     inputs: Path | None = None  # .npz keyed by input name (e.g. <baseline>/inputs.npz)
     shapes: dict[str, list[int]] = Field(default_factory=dict)

@@ -121,11 +121,11 @@ def run(request: DumpRequest, progress: Progress) -> Run:
 
 def _check_precision(precision: str, soc: int) -> None:
     """``soc_model`` alone decides fp16 vs fp32 numerics on the simulator; refuse contradictory requests."""
-    from .qnn_ep import FP32_SOCS
+    from ..mnn.soc import DEFAULT_SOC, FP32_SOCS, soc_by_id
 
     if precision == "fp32" and soc not in FP32_SOCS:
         raise BadInputError(f"soc_model {soc} runs fp16 on the simulator, not fp32",
                             hint="use --soc 30 --arch 68 for the fp32 translation check (single ops only)")
     if precision == "fp16" and soc in FP32_SOCS:
         raise BadInputError(f"soc_model {soc} gives fp32 numerics on the simulator, not fp16",
-                            hint="use a real SoC id such as --soc 69 (Snapdragon 8 Elite) for fp16")
+                            hint=f"use a real SoC id such as --soc {DEFAULT_SOC} ({soc_by_id(DEFAULT_SOC).label}) for fp16")

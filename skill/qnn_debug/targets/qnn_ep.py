@@ -21,11 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BadInputError, TargetError, UnsupportedOnTargetError, flatten_message
-
-# soc_model → HTP arch for the SoCs the simulator accepts (values measured / from MNN's SoC table).
-KNOWN_SOCS: dict[int, int] = {30: 68, 36: 69, 42: 69, 43: 73, 53: 73, 57: 75, 60: 73, 69: 79, 87: 81}
-KNOWN_ARCHS = {68, 69, 73, 75, 79, 81}
-FP32_SOCS = {0, 30}
+from ..mnn.soc import ARCHS, FP32_SOCS, SOC_IDS, arch_for, known_soc_hint
 
 _registered = False
 _log_lock = threading.Lock()
@@ -48,14 +44,11 @@ class QnnSessionInfo:
 
 def provider_options(soc_model: int, htp_arch: int | None, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Validated HTP provider options; raises BadInputError for values the EP would silently ignore."""
-    if soc_model not in KNOWN_SOCS and soc_model != 0:
-        raise BadInputError(
-            f"unknown soc_model {soc_model}",
-            hint=f"use one of {sorted(KNOWN_SOCS)} (69 = Snapdragon 8 Elite, 57 = 8 Gen 3, 43 = 8 Gen 2)",
-        )
-    arch = htp_arch if htp_arch is not None else KNOWN_SOCS.get(soc_model)
-    if arch is not None and arch not in KNOWN_ARCHS:
-        raise BadInputError(f"unknown htp_arch {arch}", hint=f"use one of {sorted(KNOWN_ARCHS)}, without the 'v'")
+    if soc_model not in SOC_IDS and soc_model != 0:
+        raise BadInputError(f"unknown soc_model {soc_model}", hint=known_soc_hint())
+    arch = htp_arch if htp_arch is not None else (arch_for(soc_model) if soc_model else None)
+    if arch is not None and arch not in ARCHS:
+        raise BadInputError(f"unknown htp_arch {arch}", hint=f"use one of {sorted(ARCHS)}, without the 'v'")
     opts = {"backend_type": "htp"}
     if soc_model:
         opts["soc_model"] = str(soc_model)
