@@ -1,0 +1,80 @@
+"""Localisation tools for when one all-tensor dump is impossible or untrustworthy: ``bisect``.
+
+They run the engine CLI as a child process through the shared inline/job policy, like ``diagnose``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult
+from pydantic import Field
+
+from ..args import Background, ClientRoots, InputsOrTestDir, OutPath, PathArg
+from ..calls import app_state, new_output, tool, workspace
+from ..long_runs import run_long
+from ..models import LongToolAnswer
+from ..target_options import Serial, TargetOptions, option_args
+from .analysis import WRITES_RUNS_MAYBE_DEVICE, Arch, Seed, Shapes, Soc, Target, shape_args
+
+ReferenceModel = Annotated[str | None, Field(default=None, max_length=4096,
+                                             description="The model the CPU reference runs (default: `model`); give "
+                                             "the original when `model` is an edited copy.")]
+
+
+def summarize_bisect(r: dict[str, Any]) -> str:
+    probes = r.get("probes") or []
+    text = f"verdict {r.get('verdict')} after {len(probes)} probes over {r.get('cut_points')} cuts: {r.get('summary', '')}"
+    steps = r.get("next_steps") or []
+    if steps:
+        text += " Next steps: " + " ".join(f"({i}) {s}" for i, s in enumerate(steps, 1))
+    return f"{text} Results in {r.get('out')}."
+
+
+def register(server: MCPServer) -> None:
+    @tool(server, title="Bisect to the first failing op (no dump needed)", annotations=WRITES_RUNS_MAYBE_DEVICE)
+    async def bisect(
+        model: PathArg,
+        ctx: Context,
+        roots: ClientRoots,
+        target: Annotated[Target, Field(description="htp-sim (no phone needed), device (ModuleBasic over adb: "
+                                        "QNN fp16 vs MNN CPU fp32, CPU fp16 as the floor) or host")] = "htp-sim",
+        out: OutPath = None,
+        reference_model: ReferenceModel = None,
+        baseline: Annotated[str | None, Field(default=None, max_length=4096,
+                                              description="reuse this baseline directory (htp-sim)")] = None,
+        inputs: InputsOrTestDir = None,
+        soc: Soc = 69,
+        arch: Arch = None,
+        shapes: Shapes = None,
+        seed: Seed = 0,
+        opencl: Annotated[bool, Field(description="device/host: OpenCL fp16 as a third opinion")] = False,
+        mnn_gate: Annotated[bool, Field(description="htp-sim: cross-check the reference with MNN CPU")] = True,
+        serial: Serial = None,
+        options: Annotated[TargetOptions | None, Field(default=None, description="device/host settings")] = None,
+        background: Background = None,
+    ) -> Annotated[CallToolResult, LongToolAnswer]:
+        """The fallback when no all-tensor dump is possible or trustworthy (LLM path without a dump
+        switch, an old build answering 7004, a dump whose marking changes the graph): cuts the .onnx
+        model after an op, runs the truncated model unmarked on the target, compares the cut's
+        tensors with the CPU reference against the fp16 floor, and narrows in about log2(N) probes.
+        Returns `result.first_failing` (op, op type, position, tensor, SQNR vs floor), the verdict
+        (real_bug / precision / ok), every probe, and the first tensor beyond the fp16 range."""
+        ws = workspace(ctx, roots)
+        model_path = ws.resolve(model, what="model", kind="file")
+        run_dir = new_output(ctx, ws, out, group=model_path.stem, leaf=f"bisect-{target}")
+        cmd = ["bisect", str(model_path), "--target", target, "--out", str(run_dir), "--soc", str(soc),
+               "--seed", str(seed), "--mnn-gate" if mnn_gate else "--no-mnn-gate", *shape_args(shapes)]
+        if arch is not None:
+            cmd += ["--arch", str(arch)]
+        for flag, value, kind in (("--reference-model", reference_model, "file"), ("--baseline", baseline, "dir"),
+                                  ("--inputs", inputs, "any")):
+            if value:
+                cmd += [flag, str(ws.resolve(value, what=flag[2:], kind=kind))]  # type: ignore[arg-type]
+        if opencl:
+            cmd.append("--opencl")
+        cmd += option_args(options, ws, serial=serial, adb=app_state(ctx).config.adb, target=target)
+        return await run_long(ctx, tool="bisect", title=f"bisect of {model_path.name} on {target}", command=cmd,
+                              background=background, auto_background=True, summarize=summarize_bisect)

@@ -1,0 +1,67 @@
+"""``qnn-debug bisect`` and ``qnn-debug localise-blocks``: find the first failing op without one all-tensor dump."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import BadInputError, QnnDebugError
+from .app import app
+from .baseline_cmd import INPUTS_OR_TESTDIR_OPTION, SEED_OPTION, SHAPE_OPTION, default_out
+from .common import FORCE_OPTION, JSON_OPTION, cli_progress, emit, fail
+from .dump_cmd import ARCH_OPTION, SOC_OPTION, TARGET_OPTIONS_OPTION, TIMEOUT_OPTION, parse_options
+
+REFERENCE_MODEL_OPTION = typer.Option(
+    None, "--reference-model",
+    help="The model the CPU reference runs (default: MODEL); give the original when MODEL is an edited copy.")
+BASELINE_OPTION = typer.Option(None, "--baseline", help="Reuse this baseline directory (htp-sim) instead of building one.")
+
+
+@app.command("bisect")
+def bisect(
+    model: Path = typer.Argument(..., help="The .onnx model (device/host: each cut is converted to .mnn)."),
+    target: str = typer.Option("htp-sim", "--target", help="Where QNN runs: htp-sim, device or host."),
+    out: Path = typer.Option(None, "--out", help="Output directory (default: qnn-debug-runs/MODEL/bisect-TARGET)."),
+    reference_model: Path = REFERENCE_MODEL_OPTION,
+    baseline: Path = BASELINE_OPTION,
+    inputs: Path = INPUTS_OR_TESTDIR_OPTION,
+    shape: list[str] = SHAPE_OPTION,
+    seed: int = SEED_OPTION,
+    soc: int = SOC_OPTION,
+    arch: int = ARCH_OPTION,
+    opencl: bool = typer.Option(False, "--opencl", help="device/host: also run OpenCL fp16 as a third opinion."),
+    mnn_gate: bool = typer.Option(True, "--mnn-gate/--no-mnn-gate", help="Cross-check the reference with MNN CPU."),
+    option: list[str] = TARGET_OPTIONS_OPTION,
+    timeout: float = TIMEOUT_OPTION,
+    force: bool = FORCE_OPTION,
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Truncate MODEL at cuts, run each on the target, compare with the CPU reference, narrow in ~log2 N probes."""
+    from ..inputs import parse_shape_args
+    from ..localise.bisect import BisectRequest, run_bisect
+
+    try:
+        if target not in ("htp-sim", "device", "host"):
+            raise BadInputError(f"unknown target {target!r}", hint="choose one of: device, host, htp-sim")
+        request = BisectRequest(model=model, out=out or default_out(model, f"bisect-{target}"), target=target,
+                                reference_model=reference_model, baseline=baseline, inputs=inputs,
+                                shapes=parse_shape_args(shape), seed=seed, soc_model=soc, htp_arch=arch,
+                                options=parse_options(option), opencl=opencl, mnn_gate=mnn_gate, force=force,
+                                timeout=timeout)
+        with cli_progress() as progress:
+            result = run_bisect(request, progress)
+    except QnnDebugError as e:
+        fail(e, json_out)
+
+    def human() -> None:
+        typer.echo(f"bisection of {model.name} on {result.target} in {result.out}")
+        for p in result.probes:
+            w = p.worst
+            typer.echo(f"  cut after {p.op:<28} ({p.frontier} tensors) "
+                       f"{'BAD ' if p.bad else 'good'} worst excess {w.excess_db if w else None} dB ({p.seconds} s)")
+        typer.echo(f"verdict {result.verdict}: {result.summary}")
+        for step in result.next_steps:
+            typer.echo(f"next: {step}")
+
+    emit(result, json_out, human)

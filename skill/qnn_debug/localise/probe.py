@@ -1,0 +1,90 @@
+"""One probe: the target's values at a cut, judged against the reference and the fp16 floor; and the search.
+
+A probe is **bad** when some frontier tensor is beyond the floor by the verdict's own jump gate
+(``Thresholds.jump_db``, with the floor capped at ``floor_cap_db``): exactly how ``compare`` calls a
+tensor ``bad`` (:func:`qnn_debug.compare.localize.judge_tensor`), so both methods judge alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ..compare.localize import judge_tensor
+from ..compare.metrics import error_stats, metric_values
+from ..compare.schema import TensorStatus
+from ..compare.thresholds import Thresholds
+
+
+class ProbeTensor(BaseModel):
+    """One frontier tensor of a probe."""
+
+    name: str
+    target_sqnr_db: float | None = None
+    floor_sqnr_db: float | None = None
+    excess_db: float | None = None  # dB short of the (capped) floor
+    status: TensorStatus = "unknown"
+    max_abs_ref: float | None = None
+    opinions: dict[str, float | None] = Field(default_factory=dict)  # other backends' SQNR (e.g. OpenCL fp16)
+
+
+class Probe(BaseModel):
+    """The model cut after one op and run on the target."""
+
+    index: int  # cut point index
+    position: int  # the op's position in execution order
+    op: str
+    op_type: str
+    frontier: int  # how many tensors the cut exposes
+    bad: bool
+    worst: ProbeTensor | None = None
+    bad_tensors: list[str] = Field(default_factory=list)
+    seconds: float = 0.0
+
+
+def judge(name: str, target: np.ndarray, reference: np.ndarray, floor: np.ndarray | None, op_type: str | None,
+          th: Thresholds) -> ProbeTensor:
+    """One tensor: SQNR of target and floor against the reference, excess and status as ``compare`` has them."""
+    ref = np.asarray(reference)
+    tgt = np.asarray(target)
+    if tgt.size != ref.size:
+        return ProbeTensor(name=name, status="bad", excess_db=th.jump_db)
+    metrics = metric_values(error_stats(tgt.reshape(ref.shape), ref, atol=th.atol, rtol=th.rtol))
+    floor_metrics = None
+    if floor is not None and np.asarray(floor).size == ref.size:
+        floor_metrics = metric_values(error_stats(np.asarray(floor).reshape(ref.shape), ref, atol=th.atol, rtol=th.rtol))
+    verdict = judge_tensor(metrics, floor_metrics, op_type, th)
+    return ProbeTensor(name=name, target_sqnr_db=metrics.get("sqnr_db"),
+                       floor_sqnr_db=(floor_metrics or {}).get("sqnr_db"),
+                       excess_db=None if verdict.excess_db is None else round(verdict.excess_db, 2),
+                       status=verdict.status, max_abs_ref=metrics.get("max_abs_ref"))
+
+
+def summarise(index: int, position: int, op: str, op_type: str, tensors: list[ProbeTensor], seconds: float) -> Probe:
+    judged = [t for t in tensors if t.excess_db is not None]
+    worst = max(judged, key=lambda t: t.excess_db or 0.0) if judged else None
+    bad = [t.name for t in tensors if t.status == "bad"]
+    return Probe(index=index, position=position, op=op, op_type=op_type, frontier=len(tensors), bad=bool(bad),
+                 worst=worst, bad_tensors=bad, seconds=round(seconds, 3))
+
+
+def first_bad(count: int, probe: Callable[[int], Probe]) -> tuple[int | None, list[Probe]]:
+    """Binary search for the first bad cut among ``count`` (about log2(count) + 1 probes).
+
+    The last cut (the final outputs) is probed first: when it is healthy there is nothing to find.
+    The graph inputs are taken as good (the target ran on the reference's inputs).
+    """
+    if count <= 0:
+        return None, []
+    probes = [probe(count - 1)]
+    if not probes[0].bad:
+        return None, probes
+    lo, hi = -1, count - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        p = probe(mid)
+        probes.append(p)
+        lo, hi = (lo, mid) if p.bad else (mid, hi)
+    return hi, probes

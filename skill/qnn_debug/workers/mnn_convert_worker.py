@@ -1,0 +1,19 @@
+"""Worker: one ONNX → MNN conversion with the MNN wheel's converter (``import _tools`` prints to fd 1).
+
+Request: ``{"src", "dst"}``; returns ``{"mnn": dst, "bytes": size}``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..progress import Progress
+
+
+def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
+    from .mnn_worker import convert
+
+    dst = Path(request["dst"])
+    convert(Path(request["src"]), dst)
+    return {"mnn": str(dst), "bytes": dst.stat().st_size}

@@ -1,0 +1,102 @@
+"""Worker: many small unmarked HTP-simulator sessions of one provider configuration in one process.
+
+Two jobs, both without marking anything (so no observer effect):
+- ``bisect``: the whole search runs here (each probe needs the previous probe's answer, and a fresh
+  process per probe would cost more than the probe): truncate the model at a cut, run it, judge the
+  frontier against the baseline's reference and floor, narrow, repeat;
+- ``batch``: run each of several models (e.g. decoder blocks) on its own inputs and save its outputs.
+
+All sessions share the options, so sharing the process's QNN backend is harmless.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from ..progress import Progress
+
+
+def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
+    if request["job"] == "bisect":
+        return _bisect(request, progress)
+    return _batch(request, progress)
+
+
+def _session(model: Any, request: dict[str, Any]) -> Any:
+    from ..targets import qnn_ep
+    from ..targets.onnx_capture import serialize
+
+    return qnn_ep.create_session(serialize(model), request["options"],
+                                 disabled_optimizers=list(request.get("disabled_optimizers") or []), verbose=False)
+
+
+def _run(session: Any, names: list[str], feeds: dict[str, Any]) -> list[Any]:
+    from ..errors import TargetError
+    from ..targets.onnx_capture import one_line
+
+    try:
+        return list(session.run(names, feeds))
+    except Exception as e:  # fallback is disabled: a failure here is the simulator's
+        raise TargetError(f"the HTP simulator failed to run a probe: {one_line(e)}",
+                          hint="run `qnn-debug dump` on the model to see the QNN backend messages") from None
+
+
+def _bisect(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
+    import numpy as np
+    import onnx
+
+    from ..compare.thresholds import Thresholds
+    from ..localise.cut import CutPoint, truncate
+    from ..localise.probe import first_bad, judge, summarise
+    from ..onnx_graph import producer_map
+    from ..runstore import load_run
+
+    model = onnx.load(request["model"])
+    feeds = dict(np.load(request["inputs_npz"], allow_pickle=False))
+    reference = load_run(request["reference"])
+    floor = load_run(request["floor"]) if request.get("floor") else None
+    points = [CutPoint(**p) for p in request["points"]]
+    th = Thresholds.model_validate(request.get("thresholds") or {})
+    op_types = {name: node.op_type for name, node in producer_map(model).items()}
+    with progress.stage("bisect: probes", total=None, message="bisect: probing cuts on the HTP simulator") as advance:
+
+        def probe(i: int) -> Any:
+            t0 = time.monotonic()
+            point = points[i]
+            names = list(point.frontier)
+            cut = truncate(model, names)
+            wanted = {v.name for v in cut.graph.input}
+            info = _session(cut, request)
+            values = _run(info.session, names, {k: v for k, v in feeds.items() if k in wanted})
+            del info
+            tensors = [judge(n, v, reference.array(n), floor.array(n) if floor is not None and floor.has(n) else None,
+                             op_types.get(n), th) for n, v in zip(names, values, strict=True)]
+            p = summarise(i, point.position, point.op, point.op_type, tensors, time.monotonic() - t0)
+            advance(message=f"bisect: cut after {point.op} is {'bad' if p.bad else 'good'}")
+            return p
+
+        first, probes = first_bad(len(points), probe)
+    return {"first": first, "probes": [p.model_dump(mode="json") for p in probes]}
+
+
+def _batch(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
+    import numpy as np
+    import onnx
+
+    results = []
+    jobs = request["models"]
+    with progress.stage("htp-sim: blocks", total=len(jobs), message="htp-sim: running blocks") as advance:
+        for job in jobs:
+            t0 = time.monotonic()
+            model = onnx.load(job["model"])
+            feeds = dict(np.load(job["inputs_npz"], allow_pickle=False))
+            names = [o.name for o in model.graph.output]
+            info = _session(model, request)
+            values = _run(info.session, names, feeds)
+            del info
+            np.savez(Path(job["out_npz"]), **dict(zip(names, values, strict=True)))
+            results.append({"out_npz": job["out_npz"], "seconds": round(time.monotonic() - t0, 3)})
+            advance()
+    return {"results": results}
