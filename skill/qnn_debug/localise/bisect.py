@@ -347,7 +347,7 @@ def _mnn_probe(executor: Any, model: Any, reference_model: Any, names: list[str]
     import onnx
 
     from ..mnn.runner import require_success, run_module_basic
-    from ..mnn.testdir import write_testdir
+    from ..mnn.testdir_builder import write_testdir
     from ..workers import run_worker
 
     work.mkdir(parents=True, exist_ok=True)
