@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.setup-stamp
 NODEPS_PKGS := MNN==3.6.1 rapidocr-onnxruntime==1.4.4
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint typecheck bench clean
+.PHONY: setup demo test lint typecheck layers bench clean
 
 setup: $(STAMP)
 
@@ -31,6 +31,7 @@ demo: setup
 test: setup
 	$(PY) -m ruff check skill server tests bench
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 lint: setup
@@ -38,6 +39,10 @@ lint: setup
 
 typecheck: setup
 	$(PY) -m mypy
+
+# The import layers of pyproject.toml's [tool.importlinter] (docs/ARCHITECTURE.md).
+layers: setup
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 bench: setup
 	$(PY) bench/first_failing_op.py
