@@ -144,8 +144,8 @@ def _free_port() -> int:
 @pytest.mark.anyio
 async def test_streamable_http_binds_to_localhost(tmp_path: Path) -> None:
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "qnn_debug_mcp", "--http", "--port", str(port), "--root", str(tmp_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-m", "qnn_debug_mcp", "--http", "--port", str(port), "--root", str(tmp_path),
+                             "--token", "test-token"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         listening = ""
         deadline = time.monotonic() + 60
@@ -153,7 +153,11 @@ async def test_streamable_http_binds_to_localhost(tmp_path: Path) -> None:
             listening = Path("/proc/net/tcp").read_text()
             await anyio.sleep(0.2)
         assert f"0100007F:{port:04X} " in listening, "not listening on 127.0.0.1"  # 127.0.0.1 only, not 0.0.0.0
-        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        http = create_mcp_http_client(headers={"Authorization": "Bearer test-token"})
+        async with http, Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client:
             answer = ok(await client.call_tool("triage_log", {"log_text": "error code 6000"}))
         assert answer["category"]
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from . import __version__
 
@@ -17,10 +18,21 @@ DEFAULT_PORT = 8765
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="qnn-debug-mcp", description="MCP server for debugging MNN's QNN (HTP/NPU) backend.")
     p.add_argument("--root", action="append", type=Path, default=[], metavar="DIR",
-                   help="Workspace root for file arguments when the client offers no roots (repeatable; default: current directory).")
+                   help="Workspace root: every file a tool reads or writes stays inside (repeatable; default: current "
+                   "directory). A client's own roots can only narrow these, never widen them.")
+    p.add_argument("--exec-root", action="append", type=Path, default=[], metavar="DIR",
+                   help="Folder that executables and native libraries named in target options (MNN build dir, "
+                   "MNN2QNNModel, QNN SDK) may come from (repeatable; default: the --root folders in stdio mode, "
+                   "none in HTTP mode).")
     p.add_argument("--http", action="store_true", help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1, local only).")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT}).")
+    p.add_argument("--token", default=None, metavar="TOKEN",
+                   help="HTTP bearer token clients must send (default: $QNN_DEBUG_MCP_TOKEN, else a new one printed to stderr).")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="Extra Origin allowed to call over HTTP, e.g. http://localhost:6274 for a browser client (repeatable).")
+    p.add_argument("--allow-host", action="append", default=[], metavar="HOST:PORT",
+                   help="Extra Host header value accepted over HTTP (repeatable; for a non-loopback bind).")
     p.add_argument("--adb", default=None, metavar="PATH", help="adb executable to use for devices (default: adb on PATH).")
     p.add_argument("--background-wait", type=float, default=20.0, metavar="S",
                    help="How long baseline/dump_qnn/diagnose wait before answering with a job id (default 20).")
@@ -33,26 +45,50 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     roots = [r.expanduser() for r in args.root] or [Path.cwd()]
-    missing = [str(r) for r in roots if not r.is_dir()]
+    exec_roots = [r.expanduser() for r in args.exec_root]
+    missing = [str(r) for r in [*roots, *exec_roots] if not r.is_dir()]
     if missing:
-        sys.stderr.write(f"qnn-debug-mcp: --root is not a directory: {', '.join(missing)}\n")
+        sys.stderr.write(f"qnn-debug-mcp: --root/--exec-root is not a directory: {', '.join(missing)}\n")
         sys.exit(2)
 
     from .app import build_server
     from .config import ServerConfig
 
-    config = ServerConfig(roots=[r.resolve() for r in roots], adb=args.adb, background_wait_s=max(0.0, args.background_wait),
+    config = ServerConfig(roots=[r.resolve() for r in roots], exec_roots=[r.resolve() for r in exec_roots],
+                          http=args.http, adb=args.adb, background_wait_s=max(0.0, args.background_wait),
                           device_timeout_s=max(1.0, args.device_timeout))
     server = build_server(config)
     try:
         if args.http:
-            if args.host not in ("127.0.0.1", "localhost", "::1"):
-                sys.stderr.write(f"qnn-debug-mcp: serving on {args.host}: anyone who can reach it can run tools\n")
-            server.run("streamable-http", host=args.host, port=args.port)
+            serve_http(server, args)
         else:
             server.run()
     except KeyboardInterrupt:
         pass
+
+
+def serve_http(server: Any, args: argparse.Namespace) -> None:
+    """Streamable HTTP behind the bearer-token and Host/Origin guard (see :mod:`.http_guard`)."""
+    import os
+
+    import anyio
+    import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from .http_guard import TOKEN_ENV, HttpGuard, allowed_hosts, allowed_origins, new_token
+
+    token = args.token or os.environ.get(TOKEN_ENV) or new_token()
+    if not (args.token or os.environ.get(TOKEN_ENV)):
+        sys.stderr.write(f"qnn-debug-mcp: HTTP bearer token (send 'Authorization: Bearer <token>'): {token}\n")
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        sys.stderr.write(f"qnn-debug-mcp: serving on {args.host}: anyone who can reach it and has the token can run tools\n")
+    hosts = allowed_hosts(args.host, args.port, args.allow_host)
+    origins = allowed_origins(hosts, args.allow_origin)
+    security = TransportSecuritySettings(allowed_hosts=hosts, allowed_origins=origins)
+    app = server.streamable_http_app(transport_security=security, host=args.host)
+    guarded = HttpGuard(app, token=token, hosts=hosts, origins=origins)
+    config = uvicorn.Config(guarded, host=args.host, port=args.port, log_level="warning")
+    anyio.run(uvicorn.Server(config).serve)
 
 
 if __name__ == "__main__":

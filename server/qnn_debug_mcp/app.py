@@ -9,6 +9,7 @@ import anyio
 from mcp.server import MCPServer
 
 from . import __version__, prompts, resources, tools
+from . import reports as report_resources
 from .config import ServerConfig
 from .jobs import JobManager
 from .reports import ReportRegistry
@@ -42,5 +43,6 @@ def build_server(config: ServerConfig | None = None) -> MCPServer[AppState]:
     )
     tools.register_all(server)
     resources.register(server)
+    report_resources.register(server, reports)
     prompts.register(server)
     return server

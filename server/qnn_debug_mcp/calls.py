@@ -22,7 +22,7 @@ from .errors import from_engine, tool_error
 from .outputs import new_run_dir
 from .progress import ProgressRelay
 from .state import AppState
-from .workspace import Workspace, roots_from_uris
+from .workspace import Workspace, intersect_roots, roots_from_uris
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -42,6 +42,20 @@ def tool(server: MCPServer, *, title: str, annotations: ToolAnnotations) -> Call
 
 def app_state(ctx: Context) -> AppState:
     return cast(AppState, ctx.request_context.lifespan_context)
+
+
+def caller(ctx: Context) -> str:
+    """Who is calling, for job and report ownership: the HTTP session (``Mcp-Session-Id``, which the server
+    issued and only that client knows), or "local" for stdio and in-process clients (one client per server).
+    Sessionless HTTP requests (the 2026-07-28 era) share the key "http"; their job ids stay unguessable."""
+    try:
+        headers = ctx.headers
+    except Exception:  # no request context: an in-process call
+        headers = None
+    if headers is None:
+        return "local"
+    session = headers.get("mcp-session-id")
+    return f"session:{session}" if session else "http"
 
 
 async def client_roots(ctx: Context) -> ListRoots | ListRootsResult | None:
@@ -65,9 +79,41 @@ async def client_roots(ctx: Context) -> ListRoots | ListRootsResult | None:
 
 
 def workspace(ctx: Context, roots: ListRootsResult | None) -> Workspace:
-    """The client's file roots when it listed any, else the server's ``--root`` directories."""
-    offered = roots_from_uris(str(r.uri) for r in roots.roots) if roots is not None else []
-    return Workspace(offered or app_state(ctx).config.roots)
+    """The server's ``--root`` directories, narrowed to the client's roots when it lists any.
+
+    A client can narrow the workspace, never widen it: its roots are intersected with the operator's.
+    """
+    operator = app_state(ctx).config.roots
+    if roots is None or not roots.roots:
+        return Workspace(operator)
+    offered = roots_from_uris(str(r.uri) for r in roots.roots)
+    kept = intersect_roots(offered, operator)
+    if not kept:
+        raise tool_error("none of the client's workspace roots lies inside the server's --root directories "
+                         f"({', '.join(str(r) for r in operator)})",
+                         "open a folder inside those directories, or restart the server with --root for your folder")
+    return Workspace(kept)
+
+
+def exec_workspace(ctx: Context) -> Workspace | None:
+    """Where executables and native libraries named in options may come from: operator-configured
+    folders only (``--exec-root``; in stdio mode the ``--root`` folders too), never a client's roots."""
+    cfg = app_state(ctx).config
+    if cfg.exec_roots:
+        return Workspace(cfg.exec_roots)
+    return None if cfg.http else Workspace(cfg.roots)
+
+
+def engine_roots(ctx: Context, ws: Workspace) -> list[str]:
+    """``--root`` arguments for an engine command: the engine re-checks every file it opens against them."""
+    roots = list(ws.roots)
+    exec_ws = exec_workspace(ctx)
+    if exec_ws is not None:
+        roots += [r for r in exec_ws.roots if not ws.contains(r)]
+    out: list[str] = []
+    for root in roots:
+        out += ["--root", str(root)]
+    return out
 
 
 def new_output(ctx: Context, ws: Workspace, raw: str | None, *, group: str, leaf: str, what: str = "out") -> Path:

@@ -20,6 +20,12 @@ class ServerConfig(BaseModel):
         default_factory=lambda: [Path.cwd()],
         description="Workspace roots used when the client offers none; file arguments must stay inside them.",
     )
+    exec_roots: list[Path] = Field(
+        default_factory=list,
+        description="Folders the executables and native libraries named in target options (mnn2qnn, mnn_build_dir, "
+        "qnn_sdk, qnn_lib_dir) must come from; empty = the --root folders (stdio) or none at all (HTTP).",
+    )
+    http: bool = Field(default=False, description="Serving streamable HTTP (several clients may connect).")
     python: str = Field(default=sys.executable, description="Interpreter that runs the engine CLI (`-m qnn_debug`).")
     adb: str | None = Field(default=None, description="adb executable passed to the engine; None = engine default.")
     background_wait_s: float = Field(

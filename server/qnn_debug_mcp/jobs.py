@@ -10,8 +10,8 @@ job (or shutting the server down) cancels its task, which kills the engine child
 from __future__ import annotations
 
 import logging
+import secrets
 import time
-import uuid
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -42,6 +42,8 @@ class Job:
     id: str
     tool: str
     title: str
+    owner: str = "local"
+    """Who started it (the MCP session); only that caller may see, follow or cancel it."""
     created: float = field(default_factory=time.monotonic)
     created_at: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     state: JobState = "queued"
@@ -125,18 +127,20 @@ class JobManager:
         self._limiter = anyio.CapacityLimiter(max_running)
         self._jobs: OrderedDict[str, Job] = OrderedDict()
 
-    def submit(self, tool: str, title: str, work: Work, summarize: Callable[[dict[str, Any]], str] | None = None) -> Job:
-        job = Job(id=uuid.uuid4().hex[:12], tool=tool, title=title, summarize=summarize)
+    def submit(self, tool: str, title: str, work: Work, summarize: Callable[[dict[str, Any]], str] | None = None,
+               *, owner: str = "local") -> Job:
+        job = Job(id=secrets.token_hex(12), tool=tool, title=title, summarize=summarize, owner=owner)
         self._jobs[job.id] = job
         self._evict()
         self._tg.start_soon(self._run, job, work, name=f"job {job.id} {tool}")
         return job
 
-    def get(self, job_id: str) -> Job:
+    def get(self, job_id: str, owner: str = "local") -> Job:
+        """The caller's job; another session's job is answered exactly like a missing one."""
         job = self._jobs.get(job_id.strip())
-        if job is None:
-            known = ", ".join(list(self._jobs)[-5:]) or "none"
-            raise tool_error(f"no job with id {job_id!r} (recent jobs: {known})",
+        if job is None or job.owner != owner:
+            mine = [j.id for j in self._jobs.values() if j.owner == owner][-5:]
+            raise tool_error(f"no job with id {job_id[:64]!r} in this session (your recent jobs: {', '.join(mine) or 'none'})",
                              "use a job_id returned by baseline, dump_qnn, diagnose or another long tool")
         return job
 

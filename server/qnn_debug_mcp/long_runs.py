@@ -20,7 +20,7 @@ from mcp.types import CallToolResult
 
 from qnn_debug.errors import QnnDebugError
 
-from .calls import app_state, relay, respond
+from .calls import app_state, caller, relay, respond
 from .engine import ProgressCallback, run_engine
 from .errors import details_text, from_engine, tool_error
 from .jobs import Job
@@ -43,7 +43,8 @@ def report_files(result: dict[str, Any]) -> list[Path]:
 
 def publish_report(ctx: Context, result: dict[str, Any], title: str) -> str | None:
     """Publish every report file as a resource; return the URI of the main (Markdown) one."""
-    uris = [app_state(ctx).reports.publish(ctx.mcp_server, path, f"{title} ({path.suffix[1:]})")
+    owner = caller(ctx)
+    uris = [app_state(ctx).reports.publish(path, f"{title} ({path.suffix[1:]})", owner)
             for path in report_files(result)]
     return uris[0] if uris else None
 
@@ -79,7 +80,7 @@ async def run_long(
             raise from_engine(e) from None
         return _finished(ctx, tool, title, None, result, summarize)
 
-    job = state.jobs.submit(tool, title, work, summarize=summarize)
+    job = state.jobs.submit(tool, title, work, summarize=summarize, owner=caller(ctx))
     if background is True:
         return _pending(job)
     try:

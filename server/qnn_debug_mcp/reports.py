@@ -1,52 +1,81 @@
-"""Run reports written by compare/diagnose, published as MCP resources (``report://<id>``).
+"""Run reports written by compare/diagnose, readable as MCP resources (``report://<id>``).
 
-A report appears in ``resources/list`` as soon as a tool has produced it, so a client can open the
-full table a tool summarised. Only files a tool of *this* server wrote are published.
+Each report belongs to the session whose tool call produced it: ``report://{report_id}`` is one
+resource template whose reader checks the caller, so another session (HTTP mode) can neither list nor
+read it. Ids are random, and the file is read through the engine's confined opener (a regular file,
+no symlink swapped in). Only files a tool of *this* server wrote are published.
 """
 
 from __future__ import annotations
 
-import hashlib
 import mimetypes
-from collections.abc import Callable
+import secrets
+from dataclasses import dataclass
 from pathlib import Path
 
 from mcp.server import MCPServer
-from mcp.server.mcpserver.resources import FunctionResource
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 
 REPORT_SCHEME = "report"
+MAX_REPORT_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Report:
+    path: Path
+    owner: str
+    title: str
+    mime: str
 
 
 class ReportRegistry:
-    """Maps short report ids to report files and registers each once as a resource."""
+    """Maps random report ids to (owner, file)."""
 
     def __init__(self) -> None:
-        self._paths: dict[str, Path] = {}
+        self._by_id: dict[str, Report] = {}
+        self._ids: dict[tuple[str, Path], str] = {}
 
-    def publish(self, server: MCPServer, path: Path, title: str) -> str:
-        """Register ``path`` (once) and return its resource URI."""
-        report_id = hashlib.sha256(str(path).encode()).hexdigest()[:12]
-        uri = f"{REPORT_SCHEME}://{report_id}"
-        if report_id not in self._paths:
-            self._paths[report_id] = path
-            mime = _mime(path)
-            server.add_resource(FunctionResource(
-                uri=uri, name=f"report-{report_id}", title=title, mime_type=mime,
-                description=f"{title} ({path.name})", fn=_reader(path, mime),
-            ))
-        return uri
+    def publish(self, path: Path, title: str, owner: str) -> str:
+        """Register ``path`` for ``owner`` (once) and return its resource URI."""
+        key = (owner, path)
+        report_id = self._ids.get(key)
+        if report_id is None:
+            report_id = secrets.token_hex(12)
+            self._ids[key] = report_id
+            self._by_id[report_id] = Report(path=path, owner=owner, title=title, mime=_mime(path))
+        return f"{REPORT_SCHEME}://{report_id}"
+
+    def get(self, report_id: str, owner: str) -> Report:
+        report = self._by_id.get(report_id)
+        if report is None or report.owner != owner:
+            raise ResourceNotFoundError(f"no report {report_id[:64]!r} in this session")
+        return report
+
+
+def register(server: MCPServer, registry: ReportRegistry) -> None:
+    from .calls import caller
+
+    @server.resource(f"{REPORT_SCHEME}://{{report_id}}", name="report", title="Run report",
+                     description="A compare/diagnose report (the report_uri a tool returned); only its own session can read it.",
+                     mime_type="text/markdown")
+    def report(report_id: str, ctx: Context) -> str | bytes:
+        return read(registry.get(report_id, caller(ctx)))
+
+
+def read(report: Report) -> str | bytes:
+    from qnn_debug import fs
+    from qnn_debug.errors import QnnDebugError
+
+    try:
+        data = fs.read_bytes(report.path, what="report", max_bytes=MAX_REPORT_BYTES)
+    except QnnDebugError as e:
+        raise ResourceNotFoundError(e.message) from None
+    textual = report.mime.startswith("text/") or report.mime == "application/json"
+    return data.decode("utf-8", errors="replace") if textual else data
 
 
 def _mime(path: Path) -> str:
     if path.suffix == ".md":
         return "text/markdown"
     return mimetypes.guess_type(path.name)[0] or "text/plain"
-
-
-def _reader(path: Path, mime: str) -> Callable[[], str | bytes]:
-    textual = mime.startswith("text/") or mime == "application/json"
-
-    def read() -> str | bytes:
-        return path.read_text(encoding="utf-8", errors="replace") if textual else path.read_bytes()
-
-    return read

@@ -1,8 +1,10 @@
 """Settings of the ``device`` and ``host`` targets, validated here and passed as ``--option key=value``.
 
-Host paths among them are confined to the workspace like every other file argument (one of them,
-``mnn2qnn``, is an executable the engine runs). ``adb`` is never taken from the model: it is the
-operator's ``--adb`` choice.
+Host paths among them are confined to the workspace like every other file argument. The ones the
+engine *executes or loads as native code* (``mnn2qnn``, ``mnn_build_dir``, ``qnn_sdk``, ``qnn_lib_dir``)
+must lie in folders the operator configured (``--exec-root``, else the ``--root`` folders in stdio mode;
+in HTTP mode only ``--exec-root``), never in a root a client offered. ``adb`` is never taken from the
+model: it is the operator's ``--adb`` choice.
 """
 
 from __future__ import annotations
@@ -44,10 +46,11 @@ class TargetOptions(BaseModel):
 
 PATH_OPTIONS: dict[str, PathKind] = {"source_model": "file", "plugin_model": "file", "mnn2qnn": "file",
                                      "qnn_sdk": "dir", "mnn_build_dir": "dir", "qnn_lib_dir": "dir"}
+EXECUTABLE_OPTIONS = frozenset({"mnn2qnn", "qnn_sdk", "mnn_build_dir", "qnn_lib_dir"})
 
 
 def option_args(options: TargetOptions | None, ws: Workspace, *, serial: str | None, adb: str | None,
-                target: str) -> list[str]:
+                target: str, exec_ws: Workspace | None = None) -> list[str]:
     """``--option key=value`` arguments for the engine (empty for htp-sim)."""
     if target == "htp-sim":
         if serial or (options and options.model_dump(exclude_none=True)):
@@ -56,7 +59,13 @@ def option_args(options: TargetOptions | None, ws: Workspace, *, serial: str | N
         return []
     values: dict[str, str] = {}
     for key, value in (options.model_dump(exclude_none=True) if options else {}).items():
-        if key in PATH_OPTIONS:
+        if key in EXECUTABLE_OPTIONS:
+            if exec_ws is None:
+                raise tool_error(f"options.{key} names native code, which this server only runs from folders its "
+                                 "operator configured, and none is configured",
+                                 "ask the operator to restart the server with --exec-root DIR for your MNN/QNN builds")
+            values[key] = str(exec_ws.resolve(value, what=f"options.{key}", kind=PATH_OPTIONS[key]))
+        elif key in PATH_OPTIONS:
             values[key] = str(ws.resolve(value, what=f"options.{key}", kind=PATH_OPTIONS[key]))
         elif key == "mnn_dir" and ".." in value.split("/"):
             raise tool_error("options.mnn_dir contains '..'", "give the device directory as a plain absolute path")

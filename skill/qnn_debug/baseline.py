@@ -23,7 +23,6 @@ cross-check it; the gate is recorded as not applicable.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from . import fs
 from .compare.ranges import RangeReport, range_report
 from .errors import BadInputError
 from .progress import NULL_PROGRESS, Progress
@@ -153,6 +153,7 @@ def run_baseline(model: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     if not report.ranges.fp16_safe:
         report.sentence = f"{report.sentence} {report.ranges.sentence()}"
     atomic_write_text(out_dir / BASELINE_FILE, report.model_dump_json(indent=1))
+    fs.release_dir(out_dir)
     counts = {}
     for sub in report.runs.values():
         counts[sub] = len(load_run(out_dir / sub).tensors)
@@ -171,17 +172,28 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
         raise BadInputError(f"{p} is not a baseline directory (no {BASELINE_FILE})",
                             hint="pass the --out directory of `qnn-debug baseline`; it may not have finished")
     try:
-        report = BaselineReport.model_validate(json.loads(file.read_text(encoding="utf-8")))
-    except (OSError, ValueError, ValidationError) as e:
-        raise BadInputError(f"{file} is unreadable: {e}", hint="re-run `qnn-debug baseline`") from None
-    runs = {role: load_run(p / sub) for role, sub in report.runs.items()}
+        report = BaselineReport.model_validate(fs.read_json(file, what="baseline report"))
+    except ValidationError as e:
+        raise BadInputError(f"{file} is unreadable: {e.errors()[0]['msg']}", hint="re-run `qnn-debug baseline`") from None
+    runs = {role: load_run(_run_subdir(p, role, sub)) for role, sub in report.runs.items()}
     return Baseline(dir=p, report=report, reference=runs["reference"], floor=runs.get("fp16_floor"),
                     mnn_cpu=runs.get("mnn_cpu"))
 
 
+def _run_subdir(base: Path, role: str, sub: str) -> Path:
+    """A run named in baseline.json: always a folder *inside* the baseline, whatever the file says."""
+    if role not in ("reference", "fp16_floor", "mnn_cpu") or not sub or "/" in sub or "\\" in sub or sub in (".", ".."):
+        raise BadInputError(f"{base / BASELINE_FILE} names an unexpected run {role!r}: {sub[:100]!r}",
+                            hint="the baseline.json was edited or damaged; re-run `qnn-debug baseline`")
+    path = fs.real_path(base / sub, what=f"baseline run {role}")
+    if path.parent != fs.real_path(base, what="baseline directory"):
+        raise BadInputError(f"{base / BASELINE_FILE} points run {role!r} outside the baseline ({sub[:100]!r})",
+                            hint="the baseline.json was edited or damaged; re-run `qnn-debug baseline`")
+    return path
+
+
 def _model_format(path: Path) -> Literal["onnx", "mnn"]:
-    if not path.exists():
-        raise BadInputError(f"model file {path} does not exist", hint="check the path")
+    fs.check(path, what="model file", kind="file")
     suffix = path.suffix.lower()
     if suffix == ".onnx":
         return "onnx"
@@ -194,7 +206,7 @@ def _prepare_dir(out: Path, force: bool) -> Path:
     """An empty directory for a new baseline; ``force`` replaces a previous *baseline* only."""
 
     def is_baseline(p: Path) -> bool:
-        return (p / BASELINE_FILE).exists() or (p / REFERENCE_DIR).is_dir()
+        return (p / BASELINE_FILE).exists() or (p / REFERENCE_DIR).is_dir() or fs.is_claimed(p)
 
     if check_output_dir(out, force=force, is_ours=is_baseline, what="baseline"):
         for name in (BASELINE_FILE, INPUTS_FILE, REFERENCE_DIR, FLOOR_DIR, MNN_DIR):
@@ -203,8 +215,7 @@ def _prepare_dir(out: Path, force: bool) -> Path:
                 shutil.rmtree(entry)
             elif entry.is_file():
                 entry.unlink()
-    out.mkdir(parents=True, exist_ok=True)
-    return out.resolve()
+    return fs.claim_dir(out, require_empty=False)  # a second writer fails here, before any file is written
 
 
 def _onnx_baseline(path: Path, out: Path, inputs: str | os.PathLike[str] | None, shapes: dict[str, list[int]] | None,

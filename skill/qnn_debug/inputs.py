@@ -14,14 +14,15 @@ from __future__ import annotations
 import io
 import os
 import re
-import tempfile
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import fs
 from .errors import BadInputError
 from .runstore import InputInfo, TensorSpec, sha256_arrays
+
+MAX_INPUT_BYTES = 256 << 20  # one input array of a model with dynamic shapes; static ones get their exact size
 
 if TYPE_CHECKING:
     import numpy as np
@@ -189,7 +190,7 @@ def load_npz(path: str | os.PathLike[str], specs: list[TensorSpec], shapes: dict
     """
     import numpy as np
 
-    p = Path(path)
+    p = fs.check(path, what="inputs", must_exist=False)
     if not p.exists():
         raise BadInputError(f"input file {p} does not exist", hint="pass an .npz written by numpy.savez (keys = input names)")
     if p.is_dir():
@@ -198,7 +199,7 @@ def load_npz(path: str | os.PathLike[str], specs: list[TensorSpec], shapes: dict
                                 hint="pass the .npz file itself, or an MNN test dir (input.json + <input name>.txt)")
         data = _read_testdir(p, specs)
     else:
-        data = _read_npz(p)
+        data = _read_npz(p, specs)
     want = {s.name for s in specs}
     missing = [s.name for s in specs if s.name not in data]
     extra = sorted(set(data) - want)
@@ -243,21 +244,29 @@ def is_testdir(path: str | os.PathLike[str]) -> bool:
     return p.is_dir() and (p / "input.json").is_file()
 
 
-def _read_npz(p: Path) -> dict[str, np.ndarray]:
-    import numpy as np
+def _input_bytes(spec: TensorSpec) -> int | None:
+    """The most data a static input can hold (8 bytes an element: float64 is converted with a warning)."""
+    dims = [d for d in spec.shape if isinstance(d, int) and d > 0]
+    if len(dims) != len(spec.shape):
+        return None
+    n = 8
+    for d in dims:
+        n *= d
+    return n
 
-    try:
-        loaded = np.load(p, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise BadInputError(f"{p} is a single .npy array, not an .npz archive",
-                                hint="save with numpy.savez(path, **{input_name: array})")
-        with loaded as npz:
-            return {k: npz[k] for k in npz.files}
-    except BadInputError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise BadInputError(f"{p} is not a readable .npz file: {e}",
-                            hint="save with numpy.savez(path, **{input_name: array}); object arrays are not accepted") from None
+
+def _read_npz(p: Path, specs: list[TensorSpec]) -> dict[str, np.ndarray]:
+    """The arrays of an inputs ``.npz``, each checked against the model's input size before decompression."""
+    expected = {s.name: b for s in specs if (b := _input_bytes(s)) is not None}
+
+    from .npz_safe import kind_of
+    from .npz_safe import load_npz as load_checked
+
+    kind = kind_of(p)
+    if kind != "npz":
+        raise BadInputError(f"{p} is a single .npy array, not an .npz archive" if kind == "npy"
+                            else f"{p} is not a readable .npz file", hint="save with numpy.savez(path, **{input_name: array})")
+    return dict(load_checked(p, max_member_bytes=MAX_INPUT_BYTES, expected_bytes=expected))
 
 
 def _read_testdir(p: Path, specs: list[TensorSpec]) -> dict[str, np.ndarray]:
@@ -311,17 +320,7 @@ def save_npz(path: str | os.PathLike[str], arrays: dict[str, np.ndarray]) -> Pat
 
     buf = io.BytesIO()
     np.savez(buf, **arrays)  # type: ignore[arg-type]
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(buf.getvalue())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    return fs.atomic_write_bytes(path, buf.getvalue(), what="inputs file")
 
 
 def fix_input_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:

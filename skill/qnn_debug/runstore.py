@@ -15,11 +15,9 @@ compared without ever being held in memory.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -29,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
+from . import fs
 from .errors import BadInputError
 
 SCHEMA_VERSION = 1
@@ -156,7 +155,7 @@ def now_iso() -> str:
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with fs.open_read(path) as f:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
@@ -184,18 +183,8 @@ def safe_file_stem(name: str, limit: int = 80) -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file in the same directory and rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write via a temp file in the same (confined) directory and rename, so readers never see half a file."""
+    fs.atomic_write_text(path, text)
 
 
 def check_output_dir(out: Path, *, force: bool, is_ours: Callable[[Path], bool], what: str) -> bool:
@@ -223,16 +212,17 @@ def prepare_run_dir(out_dir: str | os.PathLike[str], *, force: bool = False) -> 
     ``run.json`` or a ``tensors/`` folder) is replaced; any other non-empty directory is refused so
     user data is never deleted.
     """
-    path = Path(out_dir)
+    path = fs.real_path(out_dir, what="output directory")
     if check_output_dir(path, force=force, is_ours=_is_run_dir, what="run directory"):
         shutil.rmtree(path)
-    (path / TENSOR_DIR).mkdir(parents=True, exist_ok=True)
-    (path / LOG_DIR).mkdir(parents=True, exist_ok=True)
+    fs.claim_dir(path)  # a second writer fails here, before any file is written
+    fs.make_dirs(path / TENSOR_DIR)
+    fs.make_dirs(path / LOG_DIR)
     return path
 
 
 def _is_run_dir(path: Path) -> bool:
-    return (path / RUN_FILE).exists() or (path / TENSOR_DIR).is_dir()
+    return (path / RUN_FILE).exists() or (path / TENSOR_DIR).is_dir() or fs.is_claimed(path)
 
 
 class RunWriter:
@@ -274,13 +264,15 @@ class RunWriter:
         stem = f"{index:04d}_{safe_file_stem(name)}"
         rel = f"{TENSOR_DIR}/{stem}.npy"
         arr = np.asarray(array)
-        np.save(self.dir / rel, arr, allow_pickle=False)
+        with fs.open_new(self.dir / rel, what="tensor file") as f:
+            np.save(f, arr, allow_pickle=False)
         quant = None
         if raw is not None:
             if scale is None or offset is None:
                 raise ValueError("quantized tensors need scale and offset")
             raw_rel = f"{TENSOR_DIR}/{stem}.q.npy"
-            np.save(self.dir / raw_rel, np.asarray(raw), allow_pickle=False)
+            with fs.open_new(self.dir / raw_rel, what="tensor file") as f:
+                np.save(f, np.asarray(raw), allow_pickle=False)
             quant = QuantParams(scale=scale, offset=offset, axis=axis, raw_file=raw_rel, raw_dtype=str(raw.dtype))
         rec = TensorRecord(
             name=name,
@@ -309,6 +301,7 @@ class RunWriter:
     def finish(self) -> Run:
         self.record.finished_at = now_iso()
         atomic_write_text(self.dir / RUN_FILE, self.record.model_dump_json(indent=1))
+        fs.release_dir(self.dir)
         return Run(self.dir, self.record)
 
 
@@ -349,10 +342,11 @@ class Run:
         path = (self.dir / rel).resolve()
         if self.dir.resolve() not in path.parents:
             raise BadInputError(f"run {self.dir} points outside itself ({rel})", hint="the run.json was edited or corrupted")
+        if not path.exists():
+            raise BadInputError(f"tensor file {rel} of run {self.dir} is missing", hint="re-run the capture")
         try:
-            return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-        except FileNotFoundError:
-            raise BadInputError(f"tensor file {rel} of run {self.dir} is missing", hint="re-run the capture") from None
+            with fs.opened_path(path, what=f"tensor file of run {self.dir}") as name:
+                return np.load(name, mmap_mode="r" if mmap else None, allow_pickle=False)
         except ValueError as e:
             raise BadInputError(f"tensor file {rel} of run {self.dir} is corrupt: {e}", hint="re-run the capture") from None
 
@@ -363,7 +357,7 @@ class Run:
 
 def load_run(path: str | os.PathLike[str]) -> Run:
     """Load a run directory (or its run.json); clear errors for missing, incomplete or foreign dirs."""
-    p = Path(path)
+    p = fs.check(path, what="run directory", must_exist=False)
     if p.is_file() and p.name == RUN_FILE:
         p = p.parent
     if not p.exists():
@@ -373,10 +367,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
         if (p / TENSOR_DIR).is_dir():
             raise BadInputError(f"run {p} did not finish (no {RUN_FILE})", hint="re-run the capture")
         raise BadInputError(f"{p} is not a qnn-debug run (no {RUN_FILE})", hint="pass a directory written by qnn-debug")
-    try:
-        data = json.loads(run_file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise BadInputError(f"{run_file} is unreadable: {e}", hint="re-run the capture") from None
+    data = fs.read_json(run_file, what="run record")
     version = data.get("schema_version") if isinstance(data, dict) else None
     if version != SCHEMA_VERSION:
         raise BadInputError(

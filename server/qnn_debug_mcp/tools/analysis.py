@@ -16,7 +16,7 @@ from pydantic import Field
 from qnn_debug.mnn.soc import DEFAULT_SOC, default_soc_help
 
 from ..args import Background, ClientRoots, InputsOrTestDir, OutPath, PathArg
-from ..calls import app_state, new_output, tool, workspace
+from ..calls import app_state, engine_roots, exec_workspace, new_output, tool, workspace
 from ..errors import tool_error
 from ..long_runs import run_long
 from ..models import LongToolAnswer
@@ -110,6 +110,7 @@ def register_runs(server: MCPServer) -> None:
                "--seed", str(seed), "--mnn-gate" if mnn_gate else "--no-mnn-gate", *shape_args(shapes)]
         if inputs:
             cmd += ["--inputs", str(ws.resolve(inputs, what="inputs", kind="any"))]
+        cmd += engine_roots(ctx, ws)
         return await run_long(ctx, tool="baseline", title=f"baseline of {model_path.name}", command=cmd,
                               background=background, auto_background=True, summarize=summarize_baseline)
 
@@ -145,7 +146,9 @@ def register_runs(server: MCPServer) -> None:
             cmd += ["--arch", str(arch)]
         if inputs:
             cmd += ["--inputs", str(ws.resolve(inputs, what="inputs", kind="any"))]
-        cmd += option_args(options, ws, serial=serial, adb=app_state(ctx).config.adb, target=target)
+        cmd += option_args(options, ws, serial=serial, adb=app_state(ctx).config.adb, target=target,
+                           exec_ws=exec_workspace(ctx))
+        cmd += engine_roots(ctx, ws)
         return await run_long(ctx, tool="dump_qnn", title=f"{target} dump of {model_path.name}", command=cmd,
                               background=background, auto_background=True, summarize=summarize_dump)
 
@@ -218,6 +221,7 @@ def register_compare(server: MCPServer) -> None:
             cmd += ["--execution", str(execution)]
         if not local_checks:
             cmd.append("--no-local")
+        cmd += engine_roots(ctx, ws)
         return await run_long(ctx, tool="compare", title=f"compare of {tgt.name}", command=cmd, background=background,
                               auto_background=False, summarize=summarize_compare, transform=lambda r: top_rows(r, top))
 
@@ -255,11 +259,13 @@ def register_compare(server: MCPServer) -> None:
             cmd += ["--arch", str(arch)]
         if inputs:
             cmd += ["--inputs", str(ws.resolve(inputs, what="inputs", kind="any"))]
-        cmd += option_args(options, ws, serial=serial, adb=app_state(ctx).config.adb, target=target)
+        cmd += option_args(options, ws, serial=serial, adb=app_state(ctx).config.adb, target=target,
+                           exec_ws=exec_workspace(ctx))
 
         def trim(r: dict[str, Any]) -> dict[str, Any]:
             return {**r, "compare": top_rows(r.get("compare") or {}, top)}
 
+        cmd += engine_roots(ctx, ws)
         return await run_long(ctx, tool="diagnose", title=f"diagnose of {model_path.name} on {target}", command=cmd,
                               background=background, auto_background=True, summarize=summarize_diagnose,
                               transform=trim)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from qnn_debug.device.probe import ProbeResult
 
 from ..args import Background, ClientRoots, InputsPath, OutPath, PathArg
-from ..calls import app_state, new_output, quick, respond, tool, workspace
+from ..calls import app_state, engine_roots, exec_workspace, new_output, quick, respond, tool, workspace
 from ..long_runs import run_long
 from ..models import LongToolAnswer
 from ..target_options import DevicePath, Serial, TargetOptions, option_args
@@ -140,7 +140,9 @@ def register(server: MCPServer) -> None:
         for name, value, kind in paths:
             if value:
                 cmd += [f"--{name}", str(ws.resolve(value, what=name, kind=kind))]
-        cmd += option_args(options, ws, serial=serial, adb=app_state(ctx).config.adb, target=target)
+        cmd += option_args(options, ws, serial=serial, adb=app_state(ctx).config.adb, target=target,
+                           exec_ws=exec_workspace(ctx))
+        cmd += engine_roots(ctx, ws)
         return await run_long(ctx, tool="run_on_device", title=f"ModuleBasic {target} run of {model_path.name}",
                               command=cmd, background=background, auto_background=False, summarize=summarize_run)
 

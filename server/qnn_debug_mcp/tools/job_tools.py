@@ -11,7 +11,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from ..args import JobId
-from ..calls import app_state, relay, respond, tool
+from ..calls import app_state, caller, relay, respond, tool
 from ..long_runs import publish_report
 from ..models import JobInfo, JobOutcome
 
@@ -27,7 +27,7 @@ def register(server: MCPServer) -> None:
         background=true): its state (queued/running/succeeded/failed/cancelled), elapsed time and the
         latest progress events. Cheap; call it every 15-60 s while a job runs. Use job_result to get
         the output."""
-        job = app_state(ctx).jobs.get(job_id)
+        job = app_state(ctx).jobs.get(job_id, caller(ctx))
         info = job.info()
         last = info.recent_progress[-1].stage if info.recent_progress else "no progress yet"
         return respond(info, f"job {job.id} ({job.tool}) is {job.state} after {info.elapsed_s:.0f} s; last: {last}")
@@ -44,7 +44,7 @@ def register(server: MCPServer) -> None:
         state=running and can call again; set wait_s (up to 100) to block for it instead of polling.
         A failed job returns its error message and hint."""
         jobs = app_state(ctx).jobs
-        job = jobs.get(job_id)
+        job = jobs.get(job_id, caller(ctx))
         if wait_s > 0 and not job.is_finished:
             await jobs.wait(job, wait_s, relay(ctx))
         report = publish_report(ctx, job.result, job.title) if job.result else None
@@ -60,7 +60,7 @@ def register(server: MCPServer) -> None:
         MNN). Partial output stays on disk but is not a valid run. Cancelling a finished job changes
         nothing."""
         jobs = app_state(ctx).jobs
-        job = jobs.get(job_id)
+        job = jobs.get(job_id, caller(ctx))
         if not job.is_finished:
             jobs.cancel(job)
             with anyio.move_on_after(CANCEL_GRACE_S):

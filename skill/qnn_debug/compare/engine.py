@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import threading
 import time
 from collections import deque
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
+from .. import fs
 from ..errors import BadInputError
 from ..onnx_graph import is_floor_helper
 from ..progress import NULL_PROGRESS, Progress
@@ -66,7 +66,7 @@ def compare_paths(reference: str | Path, target: str | Path, *, model: str | Pat
         elif report is not None:
             work = report / "target_run"
         else:
-            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="qnn-debug-target-")))
+            work = stack.enter_context(fs.scratch("qnn-debug-target-"))
         guess = mnn_model or _mnn_model_guess(side, model)
         run, kind = open_target(target, reference=side.reference, work_dir=work,
                                 mnn_model=Path(guess) if guess else None, execution=execution, progress=progress)

@@ -6,6 +6,7 @@ rest of the comparison never cares where tensors came from.
 from __future__ import annotations
 
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,10 @@ def import_npz(path: Path, *, reference: Run, out: Path, progress: Progress = NU
 
     Ops and positions come from the reference's records, so the npz needs nothing but names and values.
     """
-    with _open_npz(path) as npz:
+    # an array may be at most as big as the reference tensor it stands for (in float64), so a zip bomb
+    # or a mislabelled archive is refused before anything is decompressed or written
+    sizes = {t.name: 8 * _count(t.shape) for t in reference.tensors}
+    with _open_npz(path, sizes) as npz:
         names = list(npz.files)
         if not names:
             raise BadInputError(f"{path} holds no arrays", hint="save tensors with numpy.savez(path, **{name: array})")
@@ -110,7 +114,7 @@ def import_npz(path: Path, *, reference: Run, out: Path, progress: Progress = NU
             for name in names:
                 try:
                     arr = npz[name]
-                except (ValueError, OSError, zipfile.BadZipFile) as e:
+                except (ValueError, OSError, zipfile.BadZipFile, zlib.error, EOFError) as e:
                     raise BadInputError(f"array {name!r} in {path} is unreadable: {e}",
                                         hint="save plain numeric arrays (no objects) with numpy.savez") from None
                 if arr.dtype.kind not in "biuf":
@@ -128,13 +132,23 @@ def import_npz(path: Path, *, reference: Run, out: Path, progress: Progress = NU
         return writer.finish()
 
 
-def _open_npz(path: Path) -> Any:
+def _count(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= max(int(d), 1)
+    return n
+
+
+def _open_npz(path: Path, sizes: dict[str, int]) -> Any:
     import numpy as np
 
-    try:
-        loaded = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise BadInputError(f"{path} is not a readable .npz file: {e}", hint="save tensors with numpy.savez") from None
+    from ..npz_safe import kind_of, open_npz
+
+    kind = kind_of(path)
+    if kind != "npz":
+        raise BadInputError(f"{path} holds a single array, not named tensors" if kind == "npy"
+                            else f"{path} is not a readable .npz file", hint="save tensors with numpy.savez(path, **{name: array})")
+    loaded = open_npz(path, max_member_bytes=max(sizes.values(), default=1 << 20) + (1 << 16), expected_bytes=sizes)
     if not isinstance(loaded, np.lib.npyio.NpzFile):
         raise BadInputError(f"{path} holds a single array, not named tensors",
                             hint="save tensors with numpy.savez(path, **{name: array})")

@@ -13,13 +13,13 @@ Shared by the ``device`` and ``host`` targets, which only differ in their execut
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel
 
+from .. import fs
 from ..errors import BadInputError
 from ..progress import Progress
 from ..runstore import InputInfo, Run, RunRecord, RunWriter, TensorSpec, atomic_write_text, sha256_arrays
@@ -137,7 +137,7 @@ def capture(request: DumpRequest, executor: Executor, opts: CaptureOptions, prog
 
     p, source = plan(Path(request.model), opts, request.precision)
     notes = list(warnings or [])
-    with tempfile.TemporaryDirectory(prefix="qnn-debug-mnn-") as tmp:
+    with fs.scratch("qnn-debug-mnn-") as tmp:
         scratch = Path(tmp)
         if opts.testdir is not None:
             info = read_testdir(opts.testdir)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
+from .. import fs
 from ..errors import BadInputError, TargetError
 from ..progress import Progress
 from ..runstore import Run
@@ -34,7 +34,8 @@ class LocalExecutor:
         self.run_dir = ""
 
     def begin(self) -> str:
-        self.run_dir = tempfile.mkdtemp(prefix="qnn-debug-host-run-")
+        self._scratch = fs.scratch("qnn-debug-host-run-")
+        self.run_dir = str(self._scratch.__enter__())
         return self.run_dir
 
     def join(self, *parts: str) -> str:
@@ -82,7 +83,7 @@ class LocalExecutor:
 
     def finish(self, keep: bool) -> None:
         if self.run_dir and not keep:
-            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self._scratch.__exit__(None, None, None)
 
     def base_env(self) -> dict[str, str]:
         dirs = [str(d) for d in (self.qnn_lib_dir, self.build_dir) if d is not None]

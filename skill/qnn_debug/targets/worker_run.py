@@ -8,10 +8,10 @@ are handed over as an ``.npz`` in the same temporary directory.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import fs
 from ..errors import QnnDebugError
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import LOG_DIR, Run, load_run
@@ -31,7 +31,7 @@ def run_capture_worker(module: str, request: dict[str, Any], out: Path, arrays: 
     """
     from ..inputs import save_npz
 
-    with tempfile.TemporaryDirectory(prefix="qnn-debug-target-") as tmp:
+    with fs.scratch("qnn-debug-target-") as tmp:
         full = dict(request, out=str(out), inputs_npz=str(save_npz(Path(tmp) / "inputs.npz", arrays)))
         for key, data in (files or {}).items():
             path = Path(tmp) / key

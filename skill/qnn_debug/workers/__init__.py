@@ -20,11 +20,11 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from .. import fs
 from ..errors import QnnDebugError, TargetError
 from ..progress import NULL_PROGRESS, PROGRESS_PREFIX, Progress, ProgressEvent
 
@@ -44,7 +44,7 @@ def run_worker(
     Errors raised in the worker as :class:`QnnDebugError` are re-raised here with the same type name
     mapped onto our classes; crashes become :class:`TargetError` naming the signal and the log file.
     """
-    with tempfile.TemporaryDirectory(prefix="qnn-debug-worker-") as tmp:
+    with fs.scratch("qnn-debug-worker-") as tmp:
         req_path = Path(tmp) / "request.json"
         resp_path = Path(tmp) / "response.json"
         req_path.write_text(json.dumps(request), encoding="utf-8")

@@ -1,0 +1,73 @@
+"""Streamable HTTP with the door locked: a bearer token, and Host/Origin checks against DNS rebinding.
+
+Any local process (or a web page, through DNS rebinding) can reach a port on 127.0.0.1, so every HTTP
+request must carry ``Authorization: Bearer <token>``: the operator's ``--token`` (or the
+``QNN_DEBUG_MCP_TOKEN`` variable), otherwise one generated at start and printed to stderr. Requests
+whose ``Host`` is not the address we serve, or whose ``Origin`` is not one we allow, are refused before
+the MCP layer sees them (the SDK's own transport check runs as well).
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Iterable
+
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+TOKEN_ENV = "QNN_DEBUG_MCP_TOKEN"
+LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def allowed_hosts(host: str, port: int, extra: Iterable[str] = ()) -> list[str]:
+    """``Host`` header values we answer: the bound address and, for a loopback bind, its other spellings."""
+    bound = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    names = [bound, *LOOPBACK] if bound in (*LOOPBACK, "[::1]") else [bound]
+    out = [f"{n}:{port}" for n in names] + list(extra)
+    return list(dict.fromkeys(out))
+
+
+def allowed_origins(hosts: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
+    return list(dict.fromkeys([f"http://{h}" for h in hosts] + list(extra)))
+
+
+class HttpGuard:
+    """ASGI middleware: Host, Origin and bearer-token checks on every HTTP request."""
+
+    def __init__(self, app: ASGIApp, *, token: str, hosts: Iterable[str], origins: Iterable[str]):
+        self.app = app
+        self._token = token.encode()
+        self._hosts = set(hosts)
+        self._origins = set(origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        problem = self._check(headers)
+        if problem is not None:
+            status, message, extra = problem
+            response = JSONResponse({"error": message}, status_code=status, headers=extra)
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _check(self, headers: Headers) -> tuple[int, str, dict[str, str]] | None:
+        if headers.get("host", "") not in self._hosts:
+            return 421, "Host header not allowed (DNS rebinding protection)", {}
+        origin = headers.get("origin")
+        if origin is not None and origin not in self._origins:
+            return 403, "Origin not allowed", {}
+        auth = headers.get("authorization", "")
+        scheme, _, given = auth.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
+            return 401, "missing or wrong bearer token (see the server's stderr or --token)", {
+                "WWW-Authenticate": 'Bearer realm="qnn-debug-mcp"'}
+        return None
