@@ -14,7 +14,7 @@ pytestmark = pytest.mark.anyio
 TOOLS = {
     "baseline", "dump_qnn", "compare", "diagnose", "run_on_device", "toggle_shapeMutable", "lookup_op_constraints",
     "triage_log", "list_devices", "probe_device", "job_status", "job_result", "job_cancel",
-    "bisect",
+    "bisect", "check_llm_export",
 }
 
 
@@ -34,7 +34,8 @@ async def test_tools_are_listed_with_schemas_and_true_annotations(tmp_path: Path
         assert "ctx" not in tool.input_schema.get("properties", {}) and "roots" not in tool.input_schema.get("properties", {})
         a = tool.annotations
         assert a is not None and a.read_only_hint is not None and a.open_world_hint is not None, tool.name
-    for name in ("triage_log", "lookup_op_constraints", "list_devices", "probe_device", "job_status", "job_result"):
+    for name in ("triage_log", "lookup_op_constraints", "list_devices", "probe_device", "job_status", "job_result",
+                 "check_llm_export"):
         assert tools[name].annotations.read_only_hint is True, name  # type: ignore[union-attr]
     for name in ("baseline", "dump_qnn", "diagnose", "run_on_device", "toggle_shapeMutable", "job_cancel"):
         assert tools[name].annotations.read_only_hint is False, name  # type: ignore[union-attr]

@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (imported for their registration side effect)
     demo_cmd,
     diagnose_cmd,
     dump_cmd,
+    llm_check_cmd,
     localise_cmd,
     mnn_cmds,
     op_cmd,

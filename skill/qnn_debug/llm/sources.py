@@ -1,0 +1,63 @@
+"""Where in MNN each llm-check finding comes from (file:line at the commit the table was read at).
+
+Read against alibaba/MNN at ``4d40bdb``; when a line moves upstream only this table changes.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+MNN_COMMIT = "4d40bdb"
+
+
+class SourceRef(BaseModel):
+    """One place in MNN's source, and what it shows."""
+
+    file: str
+    lines: str
+    shows: str
+
+    def cite(self) -> str:
+        return f"alibaba/MNN@{MNN_COMMIT} {self.file}:{self.lines}"
+
+
+def _ref(file: str, lines: str, shows: str) -> SourceRef:
+    return SourceRef(file=file, lines=lines, shows=shows)
+
+
+REGISTER_QNN_OPS = _ref("source/backend/qnn/backend/QNNUtils.cpp", "115-160",
+                        "registerQNNOps: the only OpTypes with a QNN creator")
+NOT_REGISTERED = _ref("source/backend/qnn/backend/QNNBackend.cpp", "1621-1627",
+                      "an op without a creator prints 'MNN_QNN: Not registered type N' and runs on CPU")
+NO_COPY_IN_CONVERT = _ref("source/core/WrapExecution.cpp", "22",
+                          "needWrap is false for backend types >= MNN_CONVERT_QNN: no copy across the boundary")
+MAP_MISS_BAKES = _ref("source/backend/qnn/backend/QNNBackend.cpp", "2094-2111",
+                      "getTensorIdx map miss: the tensor is baked as a static constant (float via createStaticFloatTensor)")
+BREAK_OPS = _ref("tools/cpp/compilefornpu.cpp", "103-115", "isBreakOp: If/While/Where/Segment/Unique/NMS and !_npuSupportOp")
+NPU_SUPPORT = _ref("tools/cpp/compilefornpu.cpp", "87-101",
+                   "_npuSupportOp: KVCACHE_SIZE_LIMIT > 0 makes every op NPU-eligible; else KV Attention and LinearAttention break")
+NO_CONV_STAYS_CPU = _ref("tools/cpp/compilefornpu.cpp", "1732-1742", "a sub-module without a Convolution stays on CPU")
+MASK_BREAKS = _ref("tools/cpp/compilefornpu.cpp", "179-307", "ops between attention_mask and a break Attention also break")
+C4_OFF_FOR_NPU = _ref("transformers/llm/export/llmexport.py", "1067-1068",
+                      "--generate_for_npu forces transformer_c4=False (since alibaba/MNN#4752)")
+PROPAGATE_QUANT = _ref("transformers/llm/export/utils/smooth_quantizer.py", "614-698",
+                       "_propagate_quant_info copies 16-bit encodings through Cast/Slice/Concat/Reshape/Gather")
+BINARY_QUANT = _ref("transformers/llm/export/utils/smooth_quantizer.py", "704-740",
+                    "BinaryOp: the output's encoding is pushed back to the inputs (or an input's forward)")
+ONACQUIRE_QUANT = _ref("source/backend/qnn/backend/QNNBackend.cpp", "1738-1779",
+                       "onAcquire turns any tensor with a quantAttr into SFIXED_8/UFIXED_16, int32 included")
+INT16_OFFSET = _ref("source/backend/qnn/backend/QNNBackend.cpp", "1768-1775", "INT16 becomes UFIXED_16 with offset = zero")
+SYM_ZERO = _ref("transformers/llm/export/utils/smooth_quantizer.py", "495-500", "16-bit symmetric activations get zero = 0")
+ACT_FLAGS = _ref("transformers/llm/export/llmexport.py", "1025-1027, 1034, 1050-1052",
+                 "--smooth/--omni exclusive; --sym is for weights, --act_bit/--act_sym for activations")
+LAYER_SCOPE = _ref("transformers/llm/export/utils/smooth_quantizer.py", "759-790",
+                   "only inputs[0]/outputs[0] of ops named (blocks|layers).N are quantized; lm_head skipped")
+MASK_DEFAULT = _ref("transformers/llm/export/npu/generate_llm_qnn.py", "358-373",
+                    "the IO config's attention_mask type comes from llm_config.json, default 'int'")
+FAMILY_GUESS = _ref("transformers/llm/export/npu/generate_llm_qnn.py", "92-129, 137-166",
+                    "the model family is guessed from the --model path string ('Qwen3.5', 'Qwen'+'VL')")
+KV_LIMIT_ARG = _ref("transformers/llm/export/npu/generate_llm_qnn.py", "222-231",
+                    "--max_history_token becomes KVCACHE_SIZE_LIMIT in qnn.json")
+CHUNK_CONFIGS = _ref("transformers/llm/export/npu/generate_llm_qnn.py", "49-91",
+                     "two IO configs: prefill [chunk_size] with logits_index 0, decode [1] with -1")
+GRAPHS_PER_SEGMENT = _ref("tools/cpp/compilefornpu.cpp", "1755-1776", "graphs = NPU segments x shape configs")

@@ -1,0 +1,28 @@
+"""The LLM tools through a real MCP client: llm-check on a tiny export inside the workspace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qnn_debug.llm.tiny import TinyExportRequest, build_tiny_export
+from test_mcp_support import connect, error_text, ok
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_check_llm_export_tool(tmp_path: Path) -> None:
+    build_tiny_export(tmp_path / "export", TinyExportRequest(fault="mul_encoding"))
+    async with connect(tmp_path, "auto") as client:
+        doc = ok(await client.call_tool("check_llm_export", {"export_dir": "export"}))
+        outside = error_text(await client.call_tool("check_llm_export", {"export_dir": "/"}))
+        missing = error_text(await client.call_tool("check_llm_export", {"export_dir": "nope"}))
+    assert [f["id"] for f in doc["findings"]] == ["mul_output_shares_operand_encoding"]
+    assert doc["settings"]["calibration"] == "smooth"
+    assert "outside the workspace" in outside and "does not exist" in missing
