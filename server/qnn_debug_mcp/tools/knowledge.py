@@ -27,6 +27,7 @@ READ_ONLY_LOCAL = ToolAnnotations(read_only_hint=True, destructive_hint=False, i
 EDITS_TESTDIR = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 ProbeShape = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[0-9x]+(:[a-z0-9]+)?(=[-0-9.,eE+]*)?$")]
 MAX_LOG_CHARS = 2_000_000
+CASES_FILE = "qnn-debug-cases.jsonl"
 
 
 class ShapeMutableChange(BaseModel):
@@ -57,6 +58,9 @@ def register(server: MCPServer) -> None:
         log_text: Annotated[str | None, Field(default=None, max_length=MAX_LOG_CHARS,
                                               description="The log itself (stdout+stderr of the failing run)")] = None,
         log_path: LogPath = None,
+        cases_path: Annotated[str | None, Field(default=None, max_length=4096, description=(
+            "Cases file of past solved problems inside the workspace (JSON lines written by `qnn-debug case-add`); "
+            "default: qnn-debug-cases.jsonl in the first workspace root when it exists"))] = None,
     ) -> Annotated[CallToolResult, TriageAnswer]:
         """First call when something failed. Give the failing run's output (MNN stdout, QNN/ORT
         log, logcat, crash backtrace) as `log_text`, or a log file inside the workspace as
@@ -68,11 +72,17 @@ def register(server: MCPServer) -> None:
         if (log_text is None) == (log_path is None):
             raise tool_error("pass exactly one of log_text or log_path", "paste the log as log_text, or give log_path")
         limit = app_state(ctx).config.quick_timeout_s
+        ws = workspace(ctx, roots)
+        cases: str | None = None
+        if cases_path is not None:
+            cases = str(ws.resolve(cases_path, what="cases_path", kind="file"))
+        elif ws.roots and (ws.roots[0] / CASES_FILE).is_file():
+            cases = str(ws.resolve(CASES_FILE, what="cases_path", kind="file"))
         if log_path is not None:
-            path = workspace(ctx, roots).resolve(log_path, what="log_path", kind="file")
-            result = await quick(_triage, str(path), None, limit_s=limit, what="triage")
+            path = ws.resolve(log_path, what="log_path", kind="file")
+            result = await quick(_triage, str(path), None, cases, limit_s=limit, what="triage")
         else:
-            result = await quick(_triage, None, log_text, limit_s=limit, what="triage")
+            result = await quick(_triage, None, log_text, cases, limit_s=limit, what="triage")
         answer = TriageAnswer(**result.model_dump(), playbook_uri=playbook_uri(result.playbook))
         summary = f"{result.category} (confidence {result.confidence:.2f}): {result.title}"
         if answer.playbook_uri:
@@ -155,7 +165,7 @@ def _toggle(folder: str, value: bool) -> dict[str, object]:
     return toggle_shape_mutable(folder, value).model_dump()
 
 
-def _triage(path: str | None, text: str | None) -> TriageResult:
+def _triage(path: str | None, text: str | None, cases: str | None = None) -> TriageResult:
     from qnn_debug.triage import triage_log
 
-    return triage_log(path) if path is not None else triage_log(text=text)
+    return triage_log(path, cases=cases) if path is not None else triage_log(text=text, cases=cases)

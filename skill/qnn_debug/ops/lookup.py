@@ -83,7 +83,7 @@ def _resolve(query: str, index: SdkIndex | None) -> OpConstraints:
         result.kinds.append("qnn")
         mnn_names += [m.optype for m in optypes.optypes_emitting(qnn_key) if m.optype not in mnn_names]
     if not result.kinds:
-        candidates = list(optypes.all_optypes()) + list(onnx_map) + sorted(qnn_names)
+        candidates = list(dict.fromkeys([*optypes.all_optypes(), *onnx_map, *sorted(qnn_names)]))
         close = difflib.get_close_matches(query, candidates, n=5, cutoff=0.6)
         raise BadInputError(f"unknown op {query!r}: not an MNN OpType, an ONNX op we map, or a QNN op",
                             hint=("did you mean " + ", ".join(close) + "?") if close else "see schema/default/MNN.fbs, the ONNX spec or QnnOpDef.h",
@@ -174,3 +174,21 @@ def _run_probe(result: OpConstraints, shapes: list[str], attrs: list[str] | dict
     if not attrs:
         parsed = {k: v for k, v in (parse_attr(f"{k}={v}") for k, v in defaults.get("attrs", {}).items())}
     return probe_op(onnx_op, specs, parsed, soc_model=soc_model, opset=opset, timeout=timeout, progress=progress)
+
+
+def op_next_step(op: str) -> tuple[str, str] | None:
+    """The `qnn-debug op` command to suggest for an op named in a log, so that it runs as printed.
+
+    ``None`` when the name is not an op we know (the command would be refused); ``--probe`` only when the op
+    maps to an ONNX op the simulator probe can build.
+    """
+    if not op or len(op) > 100 or not all(ch.isalnum() or ch in "_.:+-" for ch in op):
+        return None
+    try:
+        result = _resolve(op, None)
+    except BadInputError:
+        return None
+    if result.onnx_ops:
+        return (f"qnn-debug op {op} --probe",
+                "look up its QNN/HTP constraints and probe it alone on the HTP simulator")
+    return (f"qnn-debug op {op}", "look up its QNN/HTP constraints and MNN's mapping (no ONNX op to probe)")

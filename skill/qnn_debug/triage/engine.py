@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import BadInputError
+from .backtrace import Frame, known_frames, parse_frames
+from .cases import CASE_BOOST, CaseMatcher, read_cases
+from .commands import STEP_MARKERS, CommandLine, command_facts, ended_cleanly, find_commands
 from .models import Evidence, Hypothesis, NextStep, NoiseHit, TriageResult, TriageStats
 from .signatures import Signature, SignatureDB, load_signatures
 
@@ -33,6 +36,10 @@ EVIDENCE_TEXT_CHARS = 300
 _ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _GENERIC = re.compile(r"(?i)\b(?:error|fail(?:ed|ure)?|segmentation fault)\b")
 _GENERIC_ANCHORS = (b"rror", b"RROR", b"ail", b"AIL", b"egmentation")
+_FRAME_HINT = re.compile(rb"(?m)^\s*(?:\*\s*)?(?:frame\s+)?#\d")
+_COMMAND_ANCHORS = (b"llmexport", b"generate_llm_qnn", b"compilefornpu", b"MNN2QNNModel", b"npu_convert", b"generateIO")
+MAX_COMMANDS = 20
+STOPPED_WEIGHT = 3.0
 
 
 @dataclass
@@ -55,17 +62,29 @@ class _Scan:
     context_seen: set[str] = field(default_factory=set)
     generic: list[tuple[int, str]] = field(default_factory=list)
     tail: list[tuple[int, str]] = field(default_factory=list)
+    frames: list[Frame] = field(default_factory=list)
+    commands: list[CommandLine] = field(default_factory=list)
+    clue_hits: dict[str, tuple[int, str]] = field(default_factory=dict)
+    export_marker: bool = False
+    cases: CaseMatcher = field(default_factory=lambda: CaseMatcher([]))
+    case_warnings: list[str] = field(default_factory=list)
 
 
 def triage_log(source: str | Path | None = None, *, text: str | None = None, data: bytes | None = None,
-               stream: IO[bytes] | None = None) -> TriageResult:
+               stream: IO[bytes] | None = None, cases: str | Path | None = None) -> TriageResult:
     """Triage one log given as a path (``-`` = stdin), a string, bytes or a binary stream.
 
-    Raises :class:`BadInputError` for a missing path, a directory, or an empty log.
+    ``cases`` is a cases file (``qnn-debug case-add``): past solved cases whose text occurs in the log are
+    reported first and weigh on the answer. Raises :class:`BadInputError` for a missing path, a
+    directory, an empty log, or a cases file that cannot be read.
     """
     start = time.perf_counter()
     db = load_signatures()
     scan = _Scan(db=db)
+    if cases is not None:
+        case_file = read_cases(cases)
+        scan.cases = CaseMatcher(case_file.records)
+        scan.case_warnings = case_file.warnings
     label = "<text>"
     if text is not None:
         label = "<text>"
@@ -173,12 +192,30 @@ def _scan_chunks(scan: _Scan, chunks: Iterator[bytes]) -> None:
             elif not present.intersection(sig.anchors):
                 continue
             _match(scan, sig, text, base)
+        _scan_structure(scan, raw, text, base)
         if len(scan.generic) < 5 and any(a in raw for a in _GENERIC_ANCHORS):
             for m in islice(_GENERIC.finditer(text), 5 - len(scan.generic)):
                 scan.generic.append(_line_at(text, m.start(), base))
         scan.lines += text.count("\n")
     if scan.bytes and not scan.lines:
         scan.lines = 1
+
+
+def _scan_structure(scan: _Scan, raw: bytes, text: str, base: int) -> None:
+    """Backtrace frames, export command lines and markers, clues and past cases of one chunk."""
+    if len(scan.frames) < 64 and _FRAME_HINT.search(raw):
+        scan.frames.extend(parse_frames(text, base, limit=64 - len(scan.frames)))
+    if len(scan.commands) < MAX_COMMANDS and any(a in raw for a in _COMMAND_ANCHORS):
+        scan.commands.extend(find_commands(text, base)[: MAX_COMMANDS - len(scan.commands)])
+    if not scan.export_marker and any(m.encode("utf-8") in raw for m in STEP_MARKERS):
+        scan.export_marker = True
+    for clue in scan.db.clues:
+        if clue.id in scan.clue_hits or not any(a.encode("utf-8") in raw for a in clue.anchors):
+            continue
+        m = clue.regex.search(text)
+        if m:
+            scan.clue_hits[clue.id] = _line_at(text, m.start(), base)
+    scan.cases.feed(text, base)
 
 
 def _blank_noise(scan: _Scan, text: str, base: int, present: set[str]) -> str:
@@ -204,6 +241,8 @@ def _match(scan: _Scan, sig: Signature, text: str, base: int) -> None:
         state.count += 1
         if len(state.evidence) < MAX_EVIDENCE_PER_SIGNATURE:
             line_no, line = _line_at(text, m.start(), base)
+            if state.evidence and state.evidence[-1][0] == line_no:
+                continue  # two alternatives of one pattern on the same line are one piece of evidence
             groups = {k: v for k, v in m.groupdict().items() if v}
             state.evidence.append((line_no, line, groups))
     if state.count == 0:
@@ -268,9 +307,42 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
             scores[cat] = scores.get(cat, 0.0) + noise.hint_weight
             first_line[cat] = min(first_line.get(cat, scan.noise_first[noise.id]), scan.noise_first[noise.id])
             reasons.setdefault(cat, []).append(f"weak hint: {noise.why} ({scan.noise_count[noise.id]}x; source: {noise.source})")
+    warnings = _warnings(scan)
+
+    def add(cat: str, weight: float, line: int, reason: str) -> None:
+        scores[cat] = scores.get(cat, 0.0) + weight
+        first_line[cat] = min(first_line.get(cat, line), line)
+        reasons.setdefault(cat, []).append(reason)
+
+    for cat, weight, at_line, reason in _frame_scores(scan.frames):
+        add(cat, weight, at_line, reason)
+    for frame in scan.frames:
+        if frame.known:
+            evidence.append(Evidence(line=frame.log_line, text=f"#{frame.number} {frame.function}"[:EVIDENCE_TEXT_CHARS],
+                                     signature=f"frame:{frame.known}", category=_frame_category(frame.known)))
+    hits = scan.cases.hits()
+    for case in hits:
+        add(case.category, CASE_BOOST, case.line, f"past case {case.date}: {case.cause} (cases file)")
+        evidence.append(Evidence(line=case.line, text=f"matches past case: {case.match}"[:EVIDENCE_TEXT_CHARS],
+                                 signature="cases-file", category=case.category))
+    in_export = scan.export_marker or bool(scan.commands)
+    strong = [s for c, s in scores.items() if c != "other" and s >= db.min_score]
+    tail_text = [line for _, line in scan.tail]
+    stopped = in_export and not strong and not ended_cleanly(tail_text)
+    if stopped:
+        last = scan.tail[-1][0] if scan.tail else scan.lines
+        add("convert_segfault", STOPPED_WEIGHT, last,
+            "the export/convert log stops without an end marker or an error line: most likely a crash whose last lines "
+            "were lost in the pipe buffer, or a kill")
+        warnings.append("The log stops without a crash line or an end marker: the last lines were probably lost in the "
+                        "pipe buffer (or the process was killed). Re-run the failing command under `stdbuf -o0` (or "
+                        "`gdb --args <command>`, then `bt`) and triage that log.")
+    if scan.case_warnings:
+        warnings.extend(scan.case_warnings)
+    if "skip-check" in scan.clue_hits:
+        warnings.append("ModuleBasic printed 'Skip check': nothing was compared for that output, so success means nothing.")
     ranked = sorted(scores.items(), key=lambda kv: (-kv[1], first_line.get(kv[0], 0)))
     failures = [(c, s) for c, s in ranked if c != "other"]
-    warnings = _warnings(scan)
     if failures and failures[0][1] >= db.min_score:
         category, top = failures[0]
         second = failures[1][1] if len(failures) > 1 else 0.0
@@ -291,9 +363,20 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         hypotheses.append(Hypothesis(category="other", title=db.categories["other"].title, score=0.0,
                                      why=["no known QNN failure signature matched"], playbook=db.categories["other"].playbook))
     facts, op_steps = _facts(groups, category)
+    frame_ops = _ops_in_frames(scan.frames)
+    facts = [f"known case {k.date} ({k.category}): {k.cause} -> fix: {k.fix}" + (f" [{k.source}]" if k.source else "")
+             for k in hits] + _frame_facts(scan.frames) + command_facts(scan.commands) + facts
+    facts += [db_clue.fact for db_clue in db.clues if db_clue.id in scan.clue_hits]
     spec = db.categories[category]
     title = spec.title + (" (the run reports success)" if category == "other" and "other" in scores else "")
-    steps = op_steps + [NextStep(tool=s.tool, cli=s.cli or db.tools[s.tool], why=s.why) for s in spec.next_steps]
+    if stopped and category == "convert_segfault":
+        title = "the export stopped without a crash line (re-run under stdbuf -o0 / gdb)"
+    steps = _op_steps(frame_ops) + op_steps
+    steps = list({s.cli: s for s in steps}.values())[:3]
+    for s in spec.next_steps:
+        if scan.frames and "backtrace" in s.why:
+            continue  # never ask for a backtrace the user already gave
+        steps.append(NextStep(tool=s.tool, cli=s.cli or db.tools[s.tool], why=s.why))
     return TriageResult(
         source=label,
         category=category,
@@ -304,6 +387,9 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         evidence=evidence[:MAX_EVIDENCE],
         next_steps=steps,
         facts=facts,
+        known_cases=hits,
+        frames=scan.frames[:32],
+        commands=scan.commands,
         noise=[NoiseHit(id=n.id, count=scan.noise_count[n.id], first_line=scan.noise_first.get(n.id, 0), why=n.why)
                for n in db.noise if n.id in scan.noise_count],
         warnings=warnings,
@@ -358,11 +444,63 @@ def _facts(groups: list[tuple[Signature, dict[str, str]]], category: str) -> tup
                 ops.append(g[key])
         if "node" in g and category in ("op_validation_failed_3110_0xc26", "finalize_failed_1002", "unsupported_op_not_registered"):
             add(f"node named by the log: {g['node']}")
+    return facts, _op_steps(ops)
+
+
+def _op_steps(ops: list[str]) -> list[NextStep]:
+    """`qnn-debug op` for each op the log names, with --probe only when that op can be probed (runs as printed)."""
+    from ..ops.lookup import op_next_step
+
     steps: list[NextStep] = []
     for op in dict.fromkeys(ops):
         if len(steps) >= 3:
             break
-        steps.append(NextStep(tool="lookup_op_constraints", cli=f"qnn-debug op {op} --probe",
-                              why=f"the log names {op}: look up its QNN/HTP constraints and probe it on the simulator"))
-    return facts, steps
+        step = op_next_step(op)
+        if step is not None:
+            steps.append(NextStep(tool="lookup_op_constraints", cli=step[0],
+                                  why=f"the log names {op}: {step[1]}"))
+    return steps
+
+
+_OP_IN_FRAME = re.compile(r"\bQNN(?!Backend|CommonExecution|TensorWrapper|TensorDumper|Convertor)(?P<op>[A-Z]\w*)::on(?:Encode|Resize)")
+
+
+def _ops_in_frames(frames: list[Frame]) -> list[str]:
+    return [m.group("op") for f in frames if (m := _OP_IN_FRAME.search(f.function))]
+
+
+def _frame_category(known_id: str) -> str:
+    return next(k.category for k in known_frames().frames if k.id == known_id)
+
+
+def _frame_scores(frames: list[Frame]) -> list[tuple[str, float, int, str]]:
+    """Each known function adds its weight once; a full matching backtrace of one category adds a bonus."""
+    db = known_frames()
+    by_id = {k.id: k for k in db.frames}
+    seen: dict[str, tuple[float, int]] = {}
+    per_cat: dict[str, int] = {}
+    out: list[tuple[str, float, int, str]] = []
+    for f in frames:
+        if not f.known or f.known in seen:
+            continue
+        k = by_id[f.known]
+        seen[f.known] = (k.weight, f.log_line)
+        per_cat[k.category] = per_cat.get(k.category, 0) + 1
+        out.append((k.category, k.weight, f.log_line, f"backtrace frame #{f.number} {f.function}: {k.why} (source: {k.source})"))
+    for cat, n in per_cat.items():
+        if n >= db.full_backtrace_frames:
+            line = min(ln for c, _w, ln, _r in out if c == cat)
+            out.append((cat, db.full_backtrace_bonus, line, f"full matching backtrace: {n} known MNN frames in one crash path"))
+    return out
+
+
+def _frame_facts(frames: list[Frame]) -> list[str]:
+    if not frames:
+        return []
+    known = [f for f in frames if f.known]
+    top = frames[0]
+    text = f"backtrace: {len(frames)} frames, top #{top.number} {top.function}"
+    if known:
+        text += "; known MNN frames: " + ", ".join(f"#{f.number} {f.function}" for f in known[:5])
+    return [text + " (no need to ask for another backtrace)"]
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from .backtrace import Frame
+from .cases import KnownCase
+from .commands import CommandLine
+
 
 class Evidence(BaseModel):
     """A log line that matched a signature (1-based line number in the original file)."""
@@ -56,6 +60,9 @@ class TriageResult(BaseModel):
     evidence: list[Evidence]
     next_steps: list[NextStep]
     facts: list[str] = Field(default_factory=list, description="decoded OpType numbers, QNN error codes, named nodes")
+    known_cases: list[KnownCase] = Field(default_factory=list, description="past solved cases (cases file) whose text occurs in this log")
+    frames: list[Frame] = Field(default_factory=list, description="backtrace frames found in the log (gdb, lldb, tombstone)")
+    commands: list[CommandLine] = Field(default_factory=list, description="export/convert command lines found in the log")
     noise: list[NoiseHit] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     stats: TriageStats

@@ -98,6 +98,21 @@ class Noise(BaseModel):
         return _compiled(self.pattern, 0)
 
 
+class Clue(BaseModel):
+    """A line that is not a failure but tells the reader something (a fact), e.g. 'Skip check' = nothing compared."""
+
+    id: str
+    pattern: str
+    anchors: list[str]
+    fact: str
+    source: str
+    example: str
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return _compiled(self.pattern, re.MULTILINE)
+
+
 class NextStepSpec(BaseModel):
     tool: str
     why: str
@@ -118,6 +133,7 @@ class SignatureDB(BaseModel):
     categories: dict[str, CategorySpec]
     noise: list[Noise]
     signatures: list[Signature]
+    clues: list[Clue] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check(self) -> SignatureDB:
@@ -128,7 +144,7 @@ class SignatureDB(BaseModel):
             for step in spec.next_steps:
                 if step.tool not in self.tools:
                     raise ValueError(f"next step names unknown tool {step.tool}")
-        ids = [s.id for s in self.signatures] + [n.id for n in self.noise]
+        ids = [s.id for s in self.signatures] + [n.id for n in self.noise] + [c.id for c in self.clues]
         if len(ids) != len(set(ids)):
             raise ValueError("duplicate signature ids")
         return self
