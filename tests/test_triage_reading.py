@@ -148,7 +148,7 @@ def test_cases_file_round_trip_and_triage_reads_it(tmp_path: Path) -> None:
     assert r.hypotheses[0].score > plain.hypotheses[0].score
     with pytest.raises(BadInputError, match="does not exist"):
         triage_log(text="x", cases=tmp_path / "missing.jsonl")
-    with pytest.raises(BadInputError, match="not a regular file"):
+    with pytest.raises(BadInputError, match="is a directory"):
         triage_log(text="x", cases=tmp_path)
 
 
@@ -186,3 +186,20 @@ async def test_mcp_triage_reads_the_workspace_cases_file_and_refuses_one_outside
         refused = error_text(await client.call_tool("triage_log", {"log_text": "x y z", "cases_path": str(tmp_path / "outside.jsonl")}))
     assert default["known_cases"][0]["fix"] == "rebuild with -DMNN_QNN_CONVERT_MODE=ON"
     assert "outside the workspace" in refused
+
+
+def test_cases_file_outside_the_allowed_roots_is_refused(tmp_path: Path) -> None:
+    from qnn_debug import fs
+
+    inside, outside = tmp_path / "in", tmp_path / "out"
+    inside.mkdir()
+    outside.mkdir()
+    append_case(outside / "c.jsonl", CaseRecord(category="other", match="nothing here", cause="abc", fix="abc"))
+    fs.set_roots([inside])
+    try:
+        with pytest.raises(BadInputError, match="outside"):
+            triage_log(text="nothing here", cases=outside / "c.jsonl")
+        with pytest.raises(BadInputError, match="outside"):
+            append_case(outside / "c.jsonl", CaseRecord(category="other", match="something else", cause="abc", fix="abc"))
+    finally:
+        fs.set_roots(None)

@@ -13,12 +13,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from .. import fs
 from ..errors import BadInputError
 from .signatures import CATEGORIES
 
@@ -72,66 +71,48 @@ class CaseFile(BaseModel):
 
 
 def read_cases(path: str | os.PathLike[str]) -> CaseFile:
-    """Parse a cases file; unreadable lines become warnings. A missing file is a typed error."""
-    p = Path(path)
-    if not p.exists():
-        raise BadInputError(f"cases file {p} does not exist",
+    """Parse a cases file (confined to the allowed roots); unreadable lines become warnings."""
+    if not Path(path).exists():
+        raise BadInputError(f"cases file {path} does not exist",
                             hint="create it with `qnn-debug case-add`, or leave --cases out")
-    if not p.is_file():
-        raise BadInputError(f"cases file {p} is not a regular file", hint="give the path of a .jsonl file")
-    size = p.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise BadInputError(f"cases file {p} is {size} bytes (limit {MAX_FILE_BYTES})",
-                            hint="keep one short line per solved case; move old cases to another file")
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except OSError as e:
-        raise BadInputError(f"cannot read cases file {p}: {e.strerror}", hint="check permissions") from None
+    real = fs.check(path, what="cases file", kind="file")
+    text = fs.read_text(real, what="cases file", max_bytes=MAX_FILE_BYTES, errors="replace")
     records: list[CaseRecord] = []
     warnings: list[str] = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if len(records) >= MAX_RECORDS:
-            warnings.append(f"{p.name}: more than {MAX_RECORDS} cases; the rest were not read")
+            warnings.append(f"{real.name}: more than {MAX_RECORDS} cases; the rest were not read")
             break
         try:
             records.append(CaseRecord.model_validate(json.loads(line)))
         except (json.JSONDecodeError, ValidationError, TypeError) as e:
             reason = e.errors()[0]["msg"] if isinstance(e, ValidationError) else str(e)
-            warnings.append(f"{p.name} line {n} ignored: {reason[:160]}")
-    return CaseFile(path=str(p), records=records, warnings=warnings)
+            warnings.append(f"{real.name} line {n} ignored: {reason[:160]}")
+    return CaseFile(path=str(real), records=records, warnings=warnings)
 
 
 def append_case(path: str | os.PathLike[str], record: CaseRecord) -> CaseFile:
     """Append ``record`` to the cases file (created if absent), atomically; the previous file is kept."""
     p = Path(path)
-    if p.exists() and not p.is_file():
-        raise BadInputError(f"cases file {p} is not a regular file", hint="give the path of a .jsonl file")
     if not p.parent.is_dir():
         raise BadInputError(f"folder {p.parent} does not exist", hint="create it first or choose another --cases path")
     old = ""
-    if p.exists():
+    if p.exists() or p.is_symlink():
         current = read_cases(p)
         if any(r.match == record.match and r.category == record.category for r in current.records):
             raise BadInputError(f"{p.name} already has a {record.category} case matching {record.match!r}",
                                 hint="update that line instead of adding a duplicate")
-        old = p.read_text(encoding="utf-8", errors="replace")
+        old = fs.read_text(current.path, what="cases file", max_bytes=MAX_FILE_BYTES, errors="replace")
         if old and not old.endswith("\n"):
             old += "\n"
     body = old + json.dumps(record.model_dump(), ensure_ascii=False) + "\n"
     if len(body.encode("utf-8")) > MAX_FILE_BYTES:
         raise BadInputError(f"cases file {p} would exceed {MAX_FILE_BYTES} bytes", hint="start a new cases file")
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(body)
-        if p.exists():
-            shutil.copy2(p, p.with_name(p.name + ".previous"))
-        os.replace(tmp, p)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    if old:
+        fs.atomic_write_text(p.with_name(p.name + ".previous"), old, what="previous cases file")
+    fs.atomic_write_text(p, body, what="cases file")
     return read_cases(p)
 
 
