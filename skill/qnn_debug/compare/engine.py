@@ -35,6 +35,8 @@ from .localize import OpNode, find_suspects, judge_tensor, ops_without_graph
 from .metrics import Workspace, metric_values
 from .next_steps import next_steps
 from .overflow import find_overflow, reference_maxima
+from .quant_detect import detect as detect_quantization
+from .quant_detect import find_range_clip
 from .schema import CompareResult, MetricValues, TensorRow, UnalignedRow
 from .thresholds import Thresholds
 from .verdict import Finding, Findings, InputMismatch, decide
@@ -162,7 +164,8 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
             advance()
     rows = first_observations(all_rows)  # reference name -> the row localisation uses
 
-    quantized = target.record.precision == "quantized" or any(r.quantized for r in all_rows)
+    detection = detect_quantization(target, all_rows, model)
+    quantized = target.record.precision == "quantized" or any(r.quantized for r in all_rows) or detection.quantized
     zeroed, mismatches, input_warnings = _check_inputs(ref, target, alignment.pairs, all_rows, th,
                                                        backend=target_kind == "mnn-dump")
     uncompared = _uncompared(alignment.unaligned, alignment.pairs, all_rows)
@@ -191,8 +194,10 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
                     break
     else:
         findings = [Finding(s, None) for s in suspects]
-    overflow = None
-    if not quantized:
+    overflow, range_clip = None, None
+    if quantized:
+        range_clip = find_range_clip(rows, ref, target, detection.model_encodings)
+    else:
         overflow = find_overflow(ops, rows, reference_maxima(all_rows, ref), ref, target,
                                  model_nodes=index.nodes if index is not None else None)
     consumers: dict[str, OpNode] = {}
@@ -204,7 +209,7 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
                   input_mismatches=mismatches, uncompared=uncompared,
                   local_unavailable=local_note,
                   observer_effect_db=target.record.observer_effect_db, has_floor=side.floor is not None,
-                  all_rows=all_rows, overflow=overflow)
+                  all_rows=all_rows, overflow=overflow, range_clip=range_clip, quantized_by=detection.sources)
     verdict, first = decide(fs, th)
     if len(suspects) > len(findings):
         verdict.evidence["unchecked_suspects"] = [

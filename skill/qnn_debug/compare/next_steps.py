@@ -225,7 +225,31 @@ def _input_not_copied(r: CompareResult) -> list[str]:
     return steps
 
 
+def _encoding_range(r: CompareResult, ev: dict[str, Any]) -> list[str]:
+    """A device encoding that clips the data: widen it where it is set, then check again."""
+    tensor = ev.get("tensor")
+    lo, hi = ev.get("device_range") or [None, None]
+    rlo, rhi = ev.get("reference_range") or [None, None]
+    model = ev.get("model_range")
+    calibrated = (f" The model's own QDQ encoding spans [{model[0]:.4g}, {model[1]:.4g}], so the device run used "
+                  f"another encoding than the model's (a re-export, an inherited scale, or calibration on other data)."
+                  if isinstance(model, list) and None not in model else "")
+    return [
+        f"Widen the encoding of `{tensor}` to cover its data: the device range is [{lo:.4g}, {hi:.4g}] while the "
+        f"reference spans [{rlo:.4g}, {rhi:.4g}]; re-calibrate with representative inputs or set its scale from "
+        f"the real range.{calibrated} Why: values beyond the range are clipped to the rail, which no later op can undo.",
+        f"If `{tensor}` is a Mul output (e.g. SwiGLU gate*up in an LLM export), give it its own calibrated scale "
+        f"instead of one operand's: a product inherits neither operand's range, so a copied scale saturates. For "
+        f"16-bit activations, also check the encoding is not unsigned for data with negative values.",
+        f"Then dump again and compare: `qnn-debug compare {_q(_baseline_dir(r))} NEW_TARGET` [compare]; the "
+        f"clipping is gone when no tensor shows an `encoding_range` finding. Background: {WRONG_NUMBERS}.",
+    ]
+
+
 def _quantization(r: CompareResult) -> list[str]:
+    ev = r.verdict.evidence.get("encoding_range")
+    if isinstance(ev, dict):
+        return _encoding_range(r, ev)
     worst = r.verdict.evidence.get("worst_excess", {}).get("tensor")
     row = next((t for t in r.tensors if t.name == worst), None)
     where = f"{worst!r}" if worst else "the worst tensor"

@@ -19,7 +19,7 @@ SCHEMA_VERSION = 1
 VerdictKind = Literal["ok", "precision", "quantization", "real_bug", "input_not_copied"]
 Pattern = Literal[
     "none", "zero_input", "bias_only", "permutation", "wrong_coordinates", "wrong_semantics",
-    "scale_shift", "constant", "nan_inf",
+    "scale_shift", "constant", "nan_inf", "encoding_range",
 ]
 # ok: at the floor's noise level; degraded: worse than the floor but no jump; bad: a jump beyond the
 # floor; unknown: not comparable (reference not finite, or nothing to compare against).

@@ -22,6 +22,7 @@ from .local_error import local_limit_db
 from .localize import OpNode, Suspect
 from .overflow import Overflow
 from .patterns import Trial
+from .quant_detect import RangeClip
 from .schema import FirstFailing, LocalError, Pattern, TensorRow, Verdict
 from .thresholds import OUTPUT_OK_DB, Thresholds
 
@@ -68,6 +69,8 @@ class Findings:
     has_floor: bool = True  # False: excess was judged against the fixed fp16 level, not a floor run
     all_rows: list[TensorRow] = field(default_factory=list)  # every row, aliases included (default: ``rows``)
     overflow: Overflow | None = None  # the first op whose reference output leaves the fp16 range (target at the rail)
+    range_clip: RangeClip | None = None  # the first tensor whose device encoding clips the data (quantized targets)
+    quantized_by: list[str] = field(default_factory=list)  # what says the target is quantized
 
     def every_row(self) -> list[TensorRow]:
         return self.all_rows or list(self.rows.values())
@@ -147,12 +150,42 @@ def decide(fs: Findings, th: Thresholds) -> tuple[Verdict, FirstFailing | None]:
         return _zero_input_verdict(fs, base)
     if fs.input_mismatches:
         return _input_mismatch_verdict(fs, base)
+    if fs.quantized_by:
+        base["quantized_by"] = fs.quantized_by
     hit = _confirmed(fs)
+    if fs.range_clip is not None and (hit is None or hit.suspect.op.position >= fs.range_clip.row.position):
+        verdict, at = _range_clip_verdict(fs, base, hit)
+        return _discount_uncompared(verdict, fs), at
     if fs.overflow is not None and (hit is None or hit.suspect.op.position >= fs.overflow.op.position):
         verdict, at = _overflow_verdict(fs, base, hit)
         return _discount_uncompared(verdict, fs), at
     verdict, first = _decide_ops(fs, th, base, worst, floor)
     return _discount_uncompared(verdict, fs), first
+
+
+def _range_clip_verdict(fs: Findings, base: dict[str, Any], hit: Finding | None) -> tuple[Verdict, FirstFailing]:
+    """A device encoding narrower than the data: quantization, located at that tensor (not a wrong op: the
+    target is the reference clipped at the encoding's range)."""
+    c = fs.range_clip
+    assert c is not None
+    row = c.row
+    ev: dict[str, Any] = {**base, **_row_evidence(row), "encoding_range": c.evidence()}
+    if hit is not None:
+        ev["downstream_suspect"] = {"tensor": hit.suspect.tensor, "op": hit.suspect.op.name,
+                                    "note": "its error follows from the clipped encoding upstream"}
+    enc = (f"scale {c.scale:.4g}, offset {c.offset}" if c.scale is not None else
+           f"step {c.step:.4g}, inferred from the target's values")
+    calibrated = (f"; the model's calibrated range is [{c.model_range[0]:.4g}, {c.model_range[1]:.4g}]"
+                  if c.model_range is not None else "")
+    summary = (f"Quantization, not a wrong op: the device encoding of {_ref_name(row)!r} ({_op_words(row)}) clips the "
+               f"data. Its range is [{c.lo:.4g}, {c.hi:.4g}] ({enc}){calibrated}, while the reference spans "
+               f"[{c.ref_min:.4g}, {c.ref_max:.4g}]: {100 * c.outside_share:.1f}% of the reference lies outside, "
+               f"{100 * c.at_rail_share:.1f}% of the target sits at the rail, and the reference clipped at that range "
+               f"reproduces the target at {fmt.db_unit(c.clip_sqnr_db)} (the target against the reference: "
+               f"{fmt.db_unit(c.raw_sqnr_db)}; elements inside the range: {fmt.db_unit(c.in_range_sqnr_db)}).")
+    first = FirstFailing(tensor=_ref_name(row), op=row.op, op_type=row.op_type, position=row.position,
+                         observed_as=row.name if row.stands_for else None)
+    return Verdict(kind="quantization", pattern="encoding_range", confidence=0.85, summary=summary, evidence=ev), first
 
 
 def _overflow_verdict(fs: Findings, base: dict[str, Any], hit: Finding | None) -> tuple[Verdict, FirstFailing]:

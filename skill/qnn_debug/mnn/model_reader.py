@@ -30,6 +30,11 @@ _NET_OPLISTS = 3
 _NET_OUTPUT_NAME = 4
 _NET_TENSOR_NAME = 7
 _NET_BIZ_CODE = 0
+_NET_EXTRA_TENSOR_DESCRIBE = 1
+# table TensorDescribe { blob, index, name, regions, quantInfo } and
+# table TensorQuantInfo { scale: float, zero: float = 0, min: float = -128, max: float = 127, type: DataType }
+_TD_INDEX, _TD_QUANT = 1, 4
+_TQ_SCALE, _TQ_ZERO, _TQ_MIN, _TQ_MAX, _TQ_TYPE = 0, 1, 2, 3, 4
 # table Op: inputIndexes, main (union: type slot 1, value slot 2), name, outputIndexes, type, ...
 _OP_INPUTS = 0
 _OP_MAIN_TYPE = 1
@@ -115,6 +120,18 @@ class QnnPluginInfo(BaseModel):
     dump_intermediate_outputs: bool = False
 
 
+class MnnQuant(BaseModel):
+    """A tensor's quantization attribute (``extraTensorDescribe[].quantInfo``): MNN's own convention,
+    ``float = (q - zero) * scale`` with q clamped to [min, max]; QNN maps INT8 to SFIXED_8 and INT16 to UFIXED_16."""
+
+    index: int
+    scale: float
+    zero: float = 0.0
+    min: float = -128.0
+    max: float = 127.0
+    dtype: str = "int8"
+
+
 class MnnModel(BaseModel):
     """What the rest of the tool needs from a ``.mnn`` file."""
 
@@ -126,6 +143,7 @@ class MnnModel(BaseModel):
     output_names: list[str]
     tensor_formats: dict[int, str] = Field(default_factory=dict)  # statically propagated data formats
     plugin: QnnPluginInfo | None = None
+    quant: dict[int, MnnQuant] = Field(default_factory=dict)  # tensor index -> its quant attribute
 
     @property
     def is_qnn_plugin_model(self) -> bool:
@@ -201,6 +219,13 @@ class _Reader:
 
     def _field(self, tab: Table, slot: int) -> int:
         return int(tab.Offset(4 + 2 * slot))
+
+    def float_scalar(self, tab: Table, slot: int, default: float) -> float:
+        off = self._field(tab, slot)
+        if not off:
+            return default
+        self._check(tab.Pos + off, 4)
+        return float(tab.Get(nt.Float32Flags, tab.Pos + off))
 
     def scalar(self, tab: Table, slot: int, flags: Any, default: int) -> int:
         off = self._field(tab, slot)
@@ -317,6 +342,7 @@ def _read_net(r: _Reader, path: str) -> MnnModel:
         elif param_type == _PARAM_PLUGIN and param is not None:
             plugin = _read_plugin(r, param, name) or plugin
     output_names = r.string_vector(net, _NET_OUTPUT_NAME) or _unconsumed(ops, tensor_names)
+    quant = _read_quant(r, net, n_tensors)
     return MnnModel(
         path=path,
         biz_code=r.string(net, _NET_BIZ_CODE),
@@ -326,7 +352,23 @@ def _read_net(r: _Reader, path: str) -> MnnModel:
         output_names=output_names,
         tensor_formats=formats,
         plugin=plugin,
+        quant=quant,
     )
+
+
+def _read_quant(r: _Reader, net: Table, n_tensors: int) -> dict[int, MnnQuant]:
+    """Quant attributes of ``Net.extraTensorDescribe`` (written by MNN's quantization tools and the LLM exporter)."""
+    out: dict[int, MnnQuant] = {}
+    for td in r.table_vector(net, _NET_EXTRA_TENSOR_DESCRIBE):
+        info = r.table(td, _TD_QUANT)
+        index = r.scalar(td, _TD_INDEX, nt.Int32Flags, -1)
+        if info is None or not 0 <= index < max(n_tensors, 1):
+            continue
+        dtype = _DATA_TYPES.get(r.scalar(info, _TQ_TYPE, nt.Int32Flags, 0), "invalid")
+        out[index] = MnnQuant(index=index, scale=r.float_scalar(info, _TQ_SCALE, 0.0),
+                              zero=r.float_scalar(info, _TQ_ZERO, 0.0), min=r.float_scalar(info, _TQ_MIN, -128.0),
+                              max=r.float_scalar(info, _TQ_MAX, 127.0), dtype=dtype)
+    return out
 
 
 def _output_format(r: _Reader, param_type: int, param: Table | None, input_formats: list[str]) -> str:
