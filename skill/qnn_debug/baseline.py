@@ -94,6 +94,17 @@ class GateReport(BaseModel):
     note: str = ""
 
 
+class MnnModelCheck(BaseModel):
+    """The user's own ``.mnn`` (``--mnn-model``): its MNN CPU gate and how it differs from the one converted here."""
+
+    path: str
+    sha256: str
+    run: str  # sub-directory of its MNN CPU run inside the baseline
+    gate: GateReport
+    same_as_converted: bool | None = None  # None: nothing was converted to compare with (--no-mnn-gate)
+    differences: list[str] = Field(default_factory=list)
+
+
 class BaselineReport(BaseModel):
     """Contents of ``baseline.json``."""
 
@@ -109,6 +120,7 @@ class BaselineReport(BaseModel):
     gate: GateReport
     floor: str  # "built" or why there is none
     ranges: RangeReport | None = None  # fp16 range of the reference: the tensors that are not fp16-safe
+    mnn_model: MnnModelCheck | None = None  # the user's own .mnn, gated too (--mnn-model)
     created_at: str = Field(default_factory=now_iso)
     runs: dict[str, str] = Field(default_factory=dict)  # role → sub-directory
 
@@ -139,13 +151,21 @@ class Baseline:
 
 def run_baseline(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inputs: str | os.PathLike[str] | None = None,
                  shapes: dict[str, list[int]] | None = None, seed: int = 0, force: bool = False,
-                 progress: Progress = NULL_PROGRESS, mnn_gate: bool = True) -> BaselineResult:
-    """Build the baseline of ``model`` (``.onnx`` or ``.mnn``) in ``out`` and return its report."""
+                 progress: Progress = NULL_PROGRESS, mnn_gate: bool = True,
+                 mnn_model: str | os.PathLike[str] | None = None) -> BaselineResult:
+    """Build the baseline of ``model`` (``.onnx`` or ``.mnn``) in ``out`` and return its report.
+
+    ``mnn_model``: the user's own ``.mnn`` of this ONNX model; it is gated against the reference too, and the
+    report says whether it differs from the ``.mnn`` converted here (the one the usual gate checks).
+    """
     path = Path(model)
     fmt = _model_format(path)
+    user_mnn = _check_user_mnn(mnn_model, fmt)
     out_dir = _prepare_dir(Path(out), force)
     if fmt == "onnx":
         report = _onnx_baseline(path, out_dir, inputs, shapes, seed, progress, mnn_gate)
+        if user_mnn is not None:
+            _gate_user_mnn(report, user_mnn, out_dir, progress)
     else:
         report = _mnn_baseline(path, out_dir, inputs, shapes, seed, progress)
     with progress.stage("baseline: fp16 range", total=None, message="baseline: checking the fp16 range of every tensor"):
@@ -190,6 +210,110 @@ def _run_subdir(base: Path, role: str, sub: str) -> Path:
         raise BadInputError(f"{base / BASELINE_FILE} points run {role!r} outside the baseline ({sub[:100]!r})",
                             hint="the baseline.json was edited or damaged; re-run `qnn-debug baseline`")
     return path
+
+
+MNN_USER_DIR = "mnn_user"
+
+
+def _check_user_mnn(mnn_model: str | os.PathLike[str] | None, fmt: str) -> Path | None:
+    if mnn_model is None:
+        return None
+    if fmt != "onnx":
+        raise BadInputError("--mnn-model goes with an .onnx model",
+                            hint="for an .mnn alone run `qnn-debug baseline model.mnn` (MNN CPU is then the reference)")
+    p = fs.check(mnn_model, what="--mnn-model", kind="file")
+    if p.suffix.lower() != ".mnn":
+        raise BadInputError(f"--mnn-model {p.name} is not an .mnn file", hint="pass the .mnn you converted from this ONNX model")
+    return p
+
+
+def _gate_user_mnn(report: BaselineReport, user: Path, out: Path, progress: Progress) -> None:
+    """Run the user's .mnn on MNN CPU, gate it like the converted one, and compare the two models."""
+    from .runstore import sha256_file
+    from .targets.mnn_cpu import run_mnn_cpu
+
+    reference = load_run(out / REFERENCE_DIR)
+    floor = load_run(out / FLOOR_DIR) if (out / FLOOR_DIR).is_dir() else None
+    from .inputs import PreparedInputs
+    from .npz_safe import load_npz
+
+    arrays = load_npz(out / INPUTS_FILE)
+    inputs = PreparedInputs(arrays=arrays, shapes={k: list(v.shape) for k, v in arrays.items()}, info=report.inputs)
+    run = run_mnn_cpu(user, inputs, out / MNN_USER_DIR, role="mnn_cpu", progress=progress)
+    with progress.stage("baseline: your .mnn", total=None, message="baseline: comparing your .mnn with ONNX Runtime"):
+        gate = gate_report(reference, run, floor)
+    converted = out / MNN_DIR / "model.mnn"
+    same: bool | None = None
+    diffs: list[str] = []
+    if converted.is_file():
+        diffs = mnn_differences(user, converted)
+        if not diffs:  # same structure: the same model iff it computes the same numbers
+            worst = _output_difference(run, load_run(out / MNN_DIR), reference)
+            if worst is not None and worst > SAME_MODEL_REL:
+                diffs = [f"same ops and I/O but different numbers (weights or quantization): outputs differ by "
+                         f"{worst:.1e} relative"]
+        same = not diffs
+    report.mnn_model = MnnModelCheck(path=str(user), sha256=sha256_file(user), run=MNN_USER_DIR, gate=gate,
+                                     same_as_converted=same, differences=diffs)
+    words = _user_mnn_sentence(report.mnn_model)
+    report.sentence = f"{report.sentence} {words}"
+
+
+def _user_mnn_sentence(check: MnnModelCheck) -> str:
+    g = check.gate
+    name = Path(check.path).name
+    if g.status == "passed":
+        verdict = f"Your {name} agrees with ONNX Runtime ({g.max_rel_error:.1e} on the outputs)."
+    elif g.status == "failed":
+        verdict = (f"Your {name} disagrees with ONNX Runtime ({g.note or 'see mnn_model.gate'}): the .mnn itself is wrong "
+                   "before QNN is involved (conversion flags or a converter bug).")
+    else:
+        verdict = f"Your {name} could not be gated ({g.status}: {g.note})."
+    if check.same_as_converted is False:
+        verdict += " It differs from the .mnn converted here: " + "; ".join(check.differences[:3]) + "."
+    elif check.same_as_converted:
+        verdict += " It is the same model as the one converted here."
+    return verdict
+
+
+SAME_MODEL_REL = 1e-6
+
+
+def _output_difference(a: Run, b: Run, reference: Run) -> float | None:
+    """Worst relative difference between two MNN runs on the model's final outputs (None: none shared)."""
+    worst: float | None = None
+    for name in reference.record.outputs:
+        if not (a.has(name) and b.has(name)):
+            continue
+        err, _ = rel_error(a.array(name), b.array(name))
+        if err is None:
+            return float("inf")
+        worst = err if worst is None else max(worst, err)
+    return worst
+
+
+def mnn_differences(a: Path, b: Path) -> list[str]:
+    """How two .mnn models differ in structure (ops, op types, inputs, outputs); empty when they match."""
+    from collections import Counter
+
+    from .mnn.model_reader import read_mnn_model
+
+    ma, mb = read_mnn_model(a), read_mnn_model(b)
+    diffs: list[str] = []
+    if len(ma.ops) != len(mb.ops):
+        diffs.append(f"{len(ma.ops)} ops vs {len(mb.ops)} converted here")
+    ca, cb = Counter(o.type_name for o in ma.ops), Counter(o.type_name for o in mb.ops)
+    changed = sorted(set(ca) | set(cb), key=lambda k: -abs(ca[k] - cb[k]))
+    moved = [f"{k} {ca[k]} vs {cb[k]}" for k in changed if ca[k] != cb[k]][:4]
+    if moved:
+        diffs.append("op types differ: " + ", ".join(moved))
+    ia = {i.name: i.shape for i in ma.inputs}
+    ib = {i.name: i.shape for i in mb.inputs}
+    if ia != ib:
+        diffs.append(f"inputs {ia} vs {ib}")
+    if list(ma.output_names) != list(mb.output_names):
+        diffs.append(f"outputs {list(ma.output_names)} vs {list(mb.output_names)}")
+    return diffs
 
 
 def _model_format(path: Path) -> Literal["onnx", "mnn"]:

@@ -96,6 +96,9 @@ def register_runs(server: MCPServer) -> None:
         shapes: Shapes = None,
         seed: Seed = 0,
         mnn_gate: Annotated[bool, Field(description="Cross-check ONNX Runtime against MNN CPU (the trust gate)")] = True,
+        mnn_model: Annotated[str | None, Field(default=None, max_length=4096, description=(
+            "Your own .mnn of this ONNX model (inside the workspace): it is gated against the reference too, and "
+            "the report says whether it differs from the .mnn converted here"))] = None,
         background: Background = None,
     ) -> Annotated[CallToolResult, LongToolAnswer]:
         """Step 1 of numerical debugging. Runs the model (.onnx or .mnn) on CPU in fp32 and keeps
@@ -110,6 +113,8 @@ def register_runs(server: MCPServer) -> None:
                "--seed", str(seed), "--mnn-gate" if mnn_gate else "--no-mnn-gate", *shape_args(shapes)]
         if inputs:
             cmd += ["--inputs", str(ws.resolve(inputs, what="inputs", kind="any"))]
+        if mnn_model:
+            cmd += ["--mnn-model", str(ws.resolve(mnn_model, what="mnn_model", kind="file"))]
         cmd += engine_roots(ctx, ws)
         return await run_long(ctx, tool="baseline", title=f"baseline of {model_path.name}", command=cmd,
                               background=background, auto_background=True, summarize=summarize_baseline)

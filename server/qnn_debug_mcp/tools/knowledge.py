@@ -128,6 +128,10 @@ def register(server: MCPServer) -> None:
         if result.probe is not None:
             verdict = "accepted" if result.probe.accepted else f"rejected at {result.probe.stage}"
             summary += f"; simulator probe {verdict}: {result.probe.message}"
+            if result.probe.rewrite is not None:
+                rw = result.probe.rewrite
+                summary += (f"; equivalent rewrite {rw.description} "
+                            f"{'accepted' if rw.accepted else 'rejected'} on the simulator")
         return respond(result, summary)
 
     @tool(server, title="Set shapeMutable in an MNN test dir", annotations=EDITS_TESTDIR)

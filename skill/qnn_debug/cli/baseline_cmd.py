@@ -32,6 +32,8 @@ def baseline(
     shape: list[str] = SHAPE_OPTION,
     seed: int = SEED_OPTION,
     mnn_gate: bool = typer.Option(True, "--mnn-gate/--no-mnn-gate", help="Cross-check ONNX Runtime with MNN CPU."),
+    mnn_model: Path = typer.Option(None, "--mnn-model", help="Your own .mnn of this ONNX model: gate it too and say "
+                                   "whether it differs from the one converted here."),
     force: bool = FORCE_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
@@ -43,7 +45,7 @@ def baseline(
         with cli_progress() as progress:
             result = run_baseline(model, out or default_out(model, "baseline"), inputs=inputs,
                                   shapes=parse_shape_args(shape), seed=seed, force=force, progress=progress,
-                                  mnn_gate=mnn_gate)
+                                  mnn_gate=mnn_gate, mnn_model=mnn_model)
     except QnnDebugError as e:
         fail(e, json_out)
 
@@ -58,6 +60,15 @@ def baseline(
                        f"worst tensor {g.worst_tensor} ({_fmt(g.worst_tensor_rel_error)}) over {g.compared_tensors} shared tensors")
         else:
             typer.echo(f"  MNN CPU gate: {g.status} ({g.note})")
+        if r.mnn_model is not None:
+            u = r.mnn_model
+            same = {True: "same model as converted here", False: "differs from the one converted here",
+                    None: "not compared"}[u.same_as_converted]
+            typer.echo(f"  your .mnn {Path(u.path).name}: gate {u.gate.status}"
+                       + (f", max rel error {_fmt(u.gate.max_rel_error)}" if u.gate.status in ("passed", "failed") else "")
+                       + f"; {same}")
+            for d in u.differences[:4]:
+                typer.echo(f"    - {d}")
         typer.echo(f"  inputs: {result.inputs_path} ({r.inputs.source})")
         typer.echo(r.sentence)
 

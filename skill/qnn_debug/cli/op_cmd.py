@@ -57,5 +57,9 @@ def op(
             out.write(f"probe {p.onnx_op} {', '.join(p.inputs)} {p.attributes or ''} on soc {p.soc_model}: {verdict}\n  {p.message}\n")
             for msg in p.qnn_messages[:8]:
                 out.write(f"  qnn: {msg.strip()}\n")
+            if p.rewrite is not None:
+                rw = p.rewrite
+                out.write(f"equivalent rewrite for the simulator run: {rw.description} ({' -> '.join(rw.nodes)}): "
+                          f"{'ACCEPTED' if rw.accepted else 'REJECTED at ' + rw.stage}\n  {rw.message}\n")
 
     emit(result, json_out, human)

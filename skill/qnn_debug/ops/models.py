@@ -41,6 +41,17 @@ class SdkInfo(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+class ProbeRewrite(BaseModel):
+    """An equivalent graph tried when the simulator rejects the op itself (e.g. ReduceSumSquare)."""
+
+    description: str
+    nodes: list[str]
+    accepted: bool
+    stage: str
+    message: str
+    source: str
+
+
 class ProbeResult(BaseModel):
     """Outcome of a one-op ONNX graph on the HTP simulator (QNN EP, CPU fallback forbidden)."""
 
@@ -53,6 +64,7 @@ class ProbeResult(BaseModel):
     attributes: dict[str, str] = Field(default_factory=dict)
     soc_model: int
     seconds: float
+    rewrite: ProbeRewrite | None = Field(default=None, description="equivalent rewrite tried after a rejection")
 
 
 class OpConstraints(BaseModel):

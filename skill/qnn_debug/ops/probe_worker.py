@@ -54,33 +54,73 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
         names.append(name if dims != [0] or spec.get("values") is not None else "")
     n_out = max(1, schema.min_output)
     outputs = [f"out{k}" for k in range(n_out)]
-    node = helper.make_node(op, names, outputs, name=f"probe_{op}", **request.get("attrs", {}))
-    graph = helper.make_graph([node], "probe", graph_inputs, [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
-                              initializer=initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = min(model.ir_version, 10)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
-        onnx.checker.check_model(inferred)
-    except Exception as e:
-        return _answer(request, False, "build", f"ONNX rejects this node before QNN sees it: {str(e).splitlines()[0][:300]}", [], 0.0)
-    del model.graph.output[:]
-    model.graph.output.extend(inferred.graph.output)
-    start = time.perf_counter()
-    try:
-        info = create_session(model.SerializeToString(), provider_options(soc, None))
-    except QnnDebugError as e:
-        msgs = [str(x) for x in (e.details.get("reasons") or e.details.get("log") or [])]
-        return _answer(request, False, "create", e.message, msgs, time.perf_counter() - start)
-    try:
-        info.session.run(None, feeds)
-    except Exception as e:
-        from ..targets.qnn_ep import take_log
+    attrs = request.get("attrs", {})
+    node = helper.make_node(op, names, outputs, name=f"probe_{op}", **attrs)
 
-        return _answer(request, False, "run", f"{type(e).__name__}: {str(e).splitlines()[-1][:300]}",
-                       [x for x in take_log() if x.startswith(("[3]", "[4]"))][-10:], time.perf_counter() - start)
-    nodes = ", ".join(f"{n['op_type']}" for a in info.assignment for n in a["nodes"])
-    return _answer(request, True, "run", f"QNN accepted and executed the graph on HTP ({nodes})", [], time.perf_counter() - start)
+    def attempt(nodes: list[Any]) -> tuple[bool, str, str, list[str], float]:
+        """(accepted, stage, message, qnn messages, seconds) of one graph on the simulator."""
+        graph = helper.make_graph(nodes, "probe", graph_inputs,
+                                  [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
+                                  initializer=initializers)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = min(model.ir_version, 10)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+            onnx.checker.check_model(inferred)
+        except Exception as e:
+            return False, "build", f"ONNX rejects this node before QNN sees it: {str(e).splitlines()[0][:300]}", [], 0.0
+        del model.graph.output[:]
+        model.graph.output.extend(inferred.graph.output)
+        start = time.perf_counter()
+        try:
+            info = create_session(model.SerializeToString(), provider_options(soc, None))
+        except QnnDebugError as e:
+            msgs = [str(x) for x in (e.details.get("reasons") or e.details.get("log") or [])]
+            return False, "create", e.message, msgs, time.perf_counter() - start
+        try:
+            info.session.run(None, feeds)
+        except Exception as e:
+            from ..targets.qnn_ep import take_log
+
+            return (False, "run", f"{type(e).__name__}: {str(e).splitlines()[-1][:300]}",
+                    [x for x in take_log() if x.startswith(("[3]", "[4]"))][-10:], time.perf_counter() - start)
+        ran = ", ".join(f"{n['op_type']}" for a in info.assignment for n in a["nodes"])
+        return True, "run", f"QNN accepted and executed the graph on HTP ({ran})", [], time.perf_counter() - start
+
+    accepted, stage, message, msgs, seconds = attempt([node])
+    answer = _answer(request, accepted, stage, message, msgs, seconds)
+    rewrite = None if accepted or stage == "build" else _rewrite(op, names, outputs, attrs)
+    if rewrite is not None:
+        nodes, spec = rewrite
+        ok, r_stage, r_message, _, _ = attempt(nodes)
+        answer["rewrite"] = {"description": spec["description"], "nodes": [n.op_type for n in nodes], "accepted": ok,
+                             "stage": r_stage, "message": r_message, "source": spec.get("source", "")}
+    return answer
+
+
+def _rewrite(op: str, names: list[str], outputs: list[str], attrs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]] | None:
+    """The equivalent graph of ``data/qnn_op_knowledge.json`` ``equivalent_rewrites`` for ``op``, if any."""
+    from onnx import helper
+
+    from .lookup import knowledge
+
+    spec = knowledge().get("equivalent_rewrites", {}).get(op)
+    if not spec or not names or len(outputs) != 1:
+        return None
+    nodes = []
+    for i, step in enumerate(spec["nodes"]):
+        ins: list[str] = []
+        for name in step["inputs"]:
+            if name == "$x":
+                ins.append(names[0])
+            elif name == "$rest":
+                ins.extend(names[1:])
+            else:
+                ins.append(f"rw_{name}")
+        outs = [outputs[0] if name == "$y" else f"rw_{name}" for name in step["outputs"]]
+        extra = attrs if step.get("attrs") == "same" else {}
+        nodes.append(helper.make_node(step["op"], ins, outs, name=f"rewrite_{i}_{step['op']}", **extra))
+    return nodes, spec
 
 
 def _random(rng: Any, dtype: Any, dims: list[int]) -> Any:
