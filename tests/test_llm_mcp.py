@@ -26,3 +26,15 @@ async def test_check_llm_export_tool(tmp_path: Path) -> None:
     assert [f["id"] for f in doc["findings"]] == ["mul_output_shares_operand_encoding"]
     assert doc["settings"]["calibration"] == "smooth"
     assert "outside the workspace" in outside and "does not exist" in missing
+
+
+async def test_compare_llm_text_tool(tmp_path: Path) -> None:
+    build_tiny_export(tmp_path / "ref", TinyExportRequest())
+    build_tiny_export(tmp_path / "npu", TinyExportRequest(fault="wrong_rotary"))
+    async with connect(tmp_path, "auto") as client:
+        doc = ok(await client.call_tool("compare_llm_text", {"export_dir": "ref", "target_export": "npu",
+                                                             "max_new_tokens": 8, "background": False}))
+        bad = error_text(await client.call_tool("compare_llm_text", {"export_dir": "ref", "device_model_dir": "rel/dir"}))
+    result = doc.get("result", doc)
+    assert result["verdict"] == "diverged" and result["comparison"]["logits_sqnr_median_db"] < 25
+    assert "device_model_dir" in bad

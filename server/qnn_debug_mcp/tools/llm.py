@@ -1,12 +1,13 @@
-"""LLM-path tools: ``check_llm_export`` (static check of an llmexport folder).
+"""LLM-path tools: ``check_llm_export`` (static check of an llmexport folder) and ``compare_llm_text``.
 
-It reads a few files and walks the op list, so it runs in a worker thread of the server process
-(no MNN import) and answers in well under a second.
+The check reads a few files and walks the op list, so it runs in a worker thread of the server process
+(no MNN import) and answers in well under a second. The text comparison runs MNN's LLM runtime (and
+maybe a phone) through the engine CLI as a child process, under the shared inline/job policy.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
@@ -15,10 +16,22 @@ from pydantic import Field
 
 from qnn_debug.llm.check import LlmCheckRequest, LlmCheckResult
 
-from ..args import ClientRoots, PathArg
-from ..calls import app_state, quick, respond, tool, workspace
+from ..args import Background, ClientRoots, OutPath, PathArg
+from ..calls import app_state, engine_roots, new_output, quick, respond, tool, workspace
+from ..long_runs import run_long
+from ..models import LongToolAnswer
+from ..target_options import Serial
 
 READ_ONLY_LOCAL = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+WRITES_RUNS_MAYBE_DEVICE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                           open_world_hint=True)
+
+PhonePath = Annotated[str | None, Field(default=None, max_length=512, pattern=r"^/[A-Za-z0-9._/+-]*$",
+                                        description="absolute path on the phone")]
+
+
+def summarize_text(r: dict[str, Any]) -> str:
+    return f"{r.get('verdict')}: {r.get('summary', '')} Results in {r.get('out')}."
 
 
 def register(server: MCPServer) -> None:
@@ -50,6 +63,51 @@ def register(server: MCPServer) -> None:
         summary = (f"{len(result.findings)} finding(s), {len(errors)} error(s)" + (f": {', '.join(errors)}" if errors else "")
                    + f"; {sum(s.npu for s in result.segments)} NPU segment(s) at KV limit {result.settings.kv_limit}")
         return respond(result, summary)
+
+
+    @tool(server, title="Compare an LLM's text and logits with MNN's CPU reference", annotations=WRITES_RUNS_MAYBE_DEVICE)
+    async def compare_llm_text(
+        export_dir: PathArg,
+        ctx: Context,
+        roots: ClientRoots,
+        prompt: Annotated[str, Field(min_length=1, max_length=4000, description="fixed prompt (one line for llm_demo)")] = "Hello",
+        max_new_tokens: Annotated[int, Field(ge=1, le=512)] = 32,
+        out: OutPath = None,
+        target_export: Annotated[str | None, Field(default=None, max_length=4096,
+                                                   description="another export folder, run on MNN CPU the same way")] = None,
+        target_text: Annotated[str | None, Field(default=None, max_length=100_000, description="text a phone printed")] = None,
+        device_model_dir: PhonePath = None,
+        device_config: Annotated[str, Field(max_length=255, pattern=r"^[A-Za-z0-9._-]+$")] = "config_qnn.json",
+        serial: Serial = None,
+        llm_demo: PhonePath = None,
+        background: Background = None,
+    ) -> Annotated[CallToolResult, LongToolAnswer]:
+        """For garbled or wrong LLM text on the phone. Runs the export folder on CPU with the MNN wheel's
+        LLM runtime (greedy, per-step logits) as the reference, then one target: llm_demo on the phone
+        (`device_model_dir` holding config_qnn.json and llm_demo; a greedy copy of the config is used,
+        the original is left alone), another export folder (`target_export`, e.g. the NPU export vs the
+        float one, with logits), or a text you captured (`target_text`). Teacher-forces the reference
+        along the target's tokens and returns the first divergent token (with the reference's logit
+        margin: near tie or broken), top-1 agreement, per-step logits SQNR when the target has logits,
+        garbled-text signals (mixed scripts, `!!!!` runs, U+FFFD) and a verdict."""
+        ws = workspace(ctx, roots)
+        folder = ws.resolve(export_dir, what="export_dir", kind="dir")
+        run_dir = new_output(ctx, ws, out, group=folder.name, leaf="llm-text")
+        cmd = ["llm-text", str(folder), "--out", str(run_dir), "--max-new-tokens", str(max_new_tokens)]
+        cmd += ["--prompt", prompt]
+        if target_export:
+            cmd += ["--target-export", str(ws.resolve(target_export, what="target_export", kind="dir"))]
+        if target_text is not None:
+            cmd += ["--target-text", target_text]
+        if device_model_dir:
+            cmd += ["--device-model-dir", device_model_dir, "--device-config", device_config]
+            if serial:
+                cmd += ["--serial", serial]
+            if llm_demo:
+                cmd += ["--llm-demo", llm_demo]
+        cmd += engine_roots(ctx, ws)
+        return await run_long(ctx, tool="compare_llm_text", title=f"LLM text of {folder.name}", command=cmd,
+                              background=background, auto_background=True, summarize=summarize_text)
 
 
 def _check(request: LlmCheckRequest) -> LlmCheckResult:

@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (imported for their registration side effect)
     diagnose_cmd,
     dump_cmd,
     llm_check_cmd,
+    llm_text_cmd,
     localise_cmd,
     mnn_cmds,
     op_cmd,

@@ -10,12 +10,12 @@ QNN plugin op per NPU graph, ``graphllm<n>.bin``) and ``config_qnn.json`` in the
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from .. import fs
 from ..errors import BadInputError
 
 
@@ -57,19 +57,19 @@ class ExportFolder(BaseModel):
 
 
 def _json(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
+    if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BadInputError(f"{path} is not valid JSON ({e})", hint=f"fix or re-create {path.name} (re-run the export)") from None
+        data = fs.read_json(path, what=path.name, max_bytes=64 << 20)
+    except BadInputError as e:
+        raise BadInputError(e.message, hint=f"fix or re-create {path.name} (re-run the export)") from None
     if not isinstance(data, dict):
         raise BadInputError(f"{path} does not hold a JSON object", hint=f"re-create {path.name} (re-run the export)")
     return data
 
 
 def _inside(root: Path, rel: str, what: str) -> Path:
-    p = (root / rel).resolve()
+    p = fs.real_path(root / rel, what=what)
     if root.resolve() not in (p, *p.parents):
         raise BadInputError(f"{what} {rel!r} points outside {root}", hint="keep the model files inside the export folder")
     return p
@@ -77,9 +77,9 @@ def _inside(root: Path, rel: str, what: str) -> Path:
 
 def read_export(export_dir: str | Path) -> ExportFolder:
     """The folder's configs and model path; typed errors for a missing or non-export folder."""
-    root = Path(export_dir)
-    if not root.is_dir():
-        raise BadInputError(f"export folder {root} does not exist", hint="pass the --dst_path folder of llmexport.py")
+    if not Path(export_dir).exists():
+        raise BadInputError(f"export folder {export_dir} does not exist", hint="pass the --dst_path folder of llmexport.py")
+    root = fs.check(export_dir, what="export folder", kind="dir")
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".build" not in p.parts)[:500]
     config = _json(root / "config.json")
     llm_config = _json(root / "llm_config.json")
@@ -97,9 +97,9 @@ def read_qnn_outputs(qnn_dir: str | Path) -> QnnOutputs:
     """generate_llm_qnn.py's cache dir or ``qnn/`` output folder."""
     from ..mnn.model_reader import read_mnn_constants, read_mnn_model
 
-    root = Path(qnn_dir)
-    if not root.is_dir():
-        raise BadInputError(f"--qnn-dir {root} does not exist", hint="pass generate_llm_qnn.py's --cache_path dir or the model's qnn/ folder")
+    if not Path(qnn_dir).exists():
+        raise BadInputError(f"--qnn-dir {qnn_dir} does not exist", hint="pass generate_llm_qnn.py's --cache_path dir or the model's qnn/ folder")
+    root = fs.check(qnn_dir, what="--qnn-dir", kind="dir")
     out = QnnOutputs(dir=str(root), qnn_json=_json(root / "qnn.json"), input_json=_json(root / "input.json"),
                      postreat=_json(root / "npu_postreat.json"))
     testdir = root / "testdir"

@@ -37,6 +37,8 @@ from .tiny_graph import GraphFaults, TinyQwen3Config, build_graph, make_weights,
 from .tiny_tokenizer import write_tokenizer
 
 Fault = Literal["unregistered_op", "index_quant", "mul_encoding", "wrong_rotary", "residual_spike"]
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 FAULTS: tuple[Fault, ...] = ("unregistered_op", "index_quant", "mul_encoding", "wrong_rotary", "residual_spike")
 
 
@@ -145,8 +147,8 @@ def _write_runtime_files(out: Path, cfg: TinyQwen3Config, weights: dict[str, np.
         "model_type": "qwen3", "hidden_size": cfg.hidden, "layer_nums": cfg.layers, "attention_mask": "float",
         "attention_type": "full", "is_mrope": False, "max_position_embeddings": cfg.max_position,
         "key_value_shape": [2, 1, 0, cfg.kv_heads, cfg.head_dim],
-        "prompt_template": "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n",
-        "jinja": {"bos": "", "eos": "<|im_end|>"},
+        # a ChatML template, as llmexport copies a Qwen tokenizer's chat_template into llm_config.json
+        "jinja": {"chat_template": CHAT_TEMPLATE, "eos": "<|im_end|>"},
     }
     (out / "llm_config.json").write_text(json.dumps(llm_config, indent=4), encoding="utf-8")
     config = {"llm_model": "llm.mnn", "llm_weight": "llm.mnn.weight", "backend_type": "cpu", "thread_num": 1,

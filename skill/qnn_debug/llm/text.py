@@ -1,0 +1,265 @@
+"""Compare an LLM's generated text and logits with a CPU reference from MNN's own LLM runtime.
+
+The stock NPU LLM path has no tensor dump, so the end-to-end evidence is the text: the reference is the
+MNN wheel's ``MNN.llm`` on CPU, greedy, on the export folder (``config.json``); the target is ``llm_demo``
+on a phone (text only), another export folder run the same way (e.g. the quantized NPU export vs the
+float one; text and logits), or a text the user captured. The reference is then teacher-forced along the
+target's tokens, so each step compares both runs after the *same* prefix: the first step where the target
+picks a token the reference would not is the first divergence (with both logits of the reference, to
+tell a near tie from a broken model), the top-1 agreement counts such steps, and with target logits each
+step gets an SQNR. Both texts also go through the garbled-text detector.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from .. import fs
+from ..errors import BadInputError
+from ..progress import NULL_PROGRESS, Progress
+from .export_reader import read_export
+from .garbled import GarbledReport, detect_garbled
+from .llm_demo import DemoOutput, DeviceTextTarget, run_llm_demo
+
+NEAR_TIE = 0.5  # reference logit margin (top-1 minus the target's token) below which a flip is a tie
+# Per-step logits SQNR below which the runs differ by more than precision/quantization noise (a judgment:
+# fp16 vs fp32 of a healthy decoder stays well above 30 dB; a wrong rotary in one layer of the tiny model
+# gives 12-17 dB). Only used when the target has logits.
+LOGITS_SQNR_BAD_DB = 20.0
+
+
+class LlmTextRequest(BaseModel):
+    """Reference folder, prompt, and at most one target."""
+
+    export_dir: str
+    prompt: str = Field(default="Hello", min_length=1, max_length=4000)
+    max_new_tokens: int = Field(default=32, ge=1, le=512)
+    out: str = Field(description="run directory for logits and logs (created)")
+    target_export: str | None = Field(default=None, description="another export folder, run on MNN CPU the same way")
+    target_text: str | None = Field(default=None, max_length=200_000, description="text a phone printed")
+    target_logits: str | None = Field(default=None, description=".npy [steps, vocab] logits of the target, if it has them")
+    device: DeviceTextTarget | None = None
+
+
+class TextRun(BaseModel):
+    source: str
+    prompt_ids: list[int] = Field(default_factory=list)
+    tokens: list[int] = Field(default_factory=list)
+    text: str = ""
+    undecodable_pieces: int = 0
+    logits: str | None = None
+    garbled: GarbledReport | None = None
+    demo: DemoOutput | None = None
+
+
+class Divergence(BaseModel):
+    step: int
+    reference_token: int
+    target_token: int
+    reference_piece: str | None = None
+    target_piece: str | None = None
+    margin: float = Field(description="reference logit of its top-1 minus that of the target's token")
+    target_rank: int = Field(description="rank of the target's token in the reference logits (0 = top-1)")
+    near_tie: bool
+
+
+class TextComparison(BaseModel):
+    steps: int
+    first_divergence: Divergence | None = None
+    top1_agreement: float
+    agreeing_prefix: int
+    logits_sqnr_db: list[float | None] = Field(default_factory=list)
+    logits_sqnr_min_db: float | None = None
+    logits_sqnr_median_db: float | None = None
+
+
+class LlmTextResult(BaseModel):
+    out: str
+    prompt: str
+    reference: TextRun
+    target: TextRun | None = None
+    comparison: TextComparison | None = None
+    verdict: Literal["reference_only", "match", "near_tie_flip", "diverged", "garbled"]
+    summary: str
+    notes: list[str] = Field(default_factory=list)
+
+
+def _stop_ids(export_dir: str) -> list[int]:
+    """Stop token ids from the tokenizer file's text header (``430 <type>`` / counts / ids)."""
+    folder = read_export(export_dir)
+    name = str((folder.config or {}).get("tokenizer_file", "tokenizer.txt"))
+    path = Path(folder.dir) / name
+    try:
+        with fs.open_read(path, what="tokenizer file") as f:
+            head = [f.readline(1 << 20).decode("utf-8", "replace") for _ in range(3)]
+        special, stop, _ = (int(x) for x in head[1].split()[:3])
+        ids = [int(x) for x in head[2].split()]
+        return ids[special: special + stop]
+    except (OSError, ValueError, IndexError, BadInputError):
+        return []
+
+
+def _config(export_dir: str) -> str:
+    folder = read_export(export_dir)
+    cfg = Path(folder.dir) / "config.json"
+    if not cfg.is_file():
+        raise BadInputError(f"{folder.dir} has no config.json", hint="MNN's LLM runtime starts from the export's config.json")
+    if not folder.weight_present:
+        raise BadInputError(f"{folder.dir} lacks its llm.mnn.weight", hint="the LLM runtime refuses to load without it")
+    return str(cfg)
+
+
+def _mnn_llm(export_dir: str, prompt: str, steps: int, out: Path, *, follow: list[int] | None = None,
+             follow_text: str | None = None, progress: Progress) -> dict[str, object]:
+    from ..workers import run_worker
+
+    request = {"config": _config(export_dir), "prompt": prompt, "max_new_tokens": steps, "out": str(out),
+               "stop_ids": _stop_ids(export_dir), "follow": follow, "follow_text": follow_text}
+    return run_worker("qnn_debug.llm.text_worker", request, log_path=out / "mnn_llm.log", timeout=900,
+                      progress=progress, what="MNN LLM runtime")
+
+
+def compare_tokens(reference_greedy: list[int], target: list[int], follow_logits: np.ndarray,
+                   target_logits: np.ndarray | None = None) -> TextComparison:
+    """First divergence / top-1 agreement along the target's path, and per-step logits SQNR if given."""
+    from ..compare.metrics import error_stats, metric_values
+
+    n = min(len(target), len(follow_logits))
+    agree = [int(np.argmax(follow_logits[i])) == target[i] for i in range(n)]
+    first = next((i for i, ok in enumerate(agree) if not ok), None)
+    div = None
+    if first is not None:
+        row = follow_logits[first]
+        top = int(np.argmax(row))
+        margin = float(row[top] - row[target[first]])
+        div = Divergence(step=first, reference_token=top, target_token=target[first], margin=margin,
+                         target_rank=int((row > row[target[first]]).sum()), near_tie=margin < NEAR_TIE)
+    sqnr: list[float | None] = []
+    if target_logits is not None:
+        for i in range(min(n, len(target_logits))):
+            sqnr.append(metric_values(error_stats(target_logits[i], follow_logits[i]))["sqnr_db"])
+    vals = [v for v in sqnr if v is not None]
+    return TextComparison(steps=n, first_divergence=div, top1_agreement=float(np.mean(agree)) if agree else 1.0,
+                          agreeing_prefix=first if first is not None else n, logits_sqnr_db=sqnr,
+                          logits_sqnr_min_db=min(vals) if vals else None,
+                          logits_sqnr_median_db=float(np.median(vals)) if vals else None)
+
+
+def _run(doc: dict[str, object], source: str, out: Path) -> TextRun:
+    tokens = [int(t) for t in doc.get("tokens") or []]  # type: ignore[attr-defined]
+    text = str(doc.get("text", ""))
+    return TextRun(source=source, prompt_ids=list(doc.get("prompt_ids") or []),  # type: ignore[call-overload]
+                   tokens=tokens, text=text, undecodable_pieces=int(doc.get("undecodable") or 0),  # type: ignore[call-overload]
+                   logits=str(out / str(doc["logits"])) if doc.get("logits") else None, garbled=detect_garbled(text))
+
+
+def llm_text(request: LlmTextRequest, progress: Progress = NULL_PROGRESS) -> LlmTextResult:
+    """Reference run, optional target run, comparison and verdict; logits and logs under ``request.out``."""
+    targets = [t for t in (request.target_export, request.target_text, request.device) if t is not None]
+    if len(targets) > 1:
+        raise BadInputError("give at most one target (target_export, target_text or device)", hint="run once per target")
+    if request.target_logits and not (request.target_text or request.device):
+        raise BadInputError("target_logits goes with target_text or device", hint="target_export brings its own logits")
+    out = fs.claim_dir(request.out, what="--out")
+    try:
+        return _llm_text(request, out, progress)
+    finally:
+        fs.release_dir(out)
+
+
+def _llm_text(request: LlmTextRequest, out: Path, progress: Progress) -> LlmTextResult:
+    notes: list[str] = []
+    ref_doc = _mnn_llm(request.export_dir, request.prompt, request.max_new_tokens, out / "reference", progress=progress)
+    reference = _run(ref_doc, f"MNN.llm CPU greedy on {request.export_dir}", out / "reference")
+    target: TextRun | None = None
+    target_logits: np.ndarray | None = None
+    follow: list[int] | None = None
+    follow_text: str | None = None
+    if request.target_export:
+        t_doc = _mnn_llm(request.target_export, request.prompt, request.max_new_tokens, out / "target", progress=progress)
+        target = _run(t_doc, f"MNN.llm CPU greedy on {request.target_export}", out / "target")
+        target_logits = np.load(target.logits) if target.logits else None
+        follow = target.tokens
+    elif request.device is not None:
+        demo = run_llm_demo(request.device, request.prompt, request.max_new_tokens, out / "llm_demo.log")
+        target = TextRun(source=f"llm_demo on the phone ({request.device.model_dir}/{request.device.config}, greedy copy)",
+                         text=demo.text, garbled=detect_garbled(demo.text), demo=demo)
+        follow_text = demo.text
+        notes.append("the phone's text was re-tokenized with the reference tokenizer (llm_demo prints text, not ids)")
+    elif request.target_text is not None:
+        target = TextRun(source="text given by the user", text=request.target_text, garbled=detect_garbled(request.target_text))
+        follow_text = request.target_text
+        notes.append("the given text was re-tokenized with the reference tokenizer")
+    if request.target_logits:
+        target_logits = _load_logits(request.target_logits)
+    comparison = None
+    if target is not None and (follow or follow_text):
+        f_doc = _mnn_llm(request.export_dir, request.prompt, 1, out / "follow", follow=follow, follow_text=follow_text,
+                         progress=progress)
+        target.tokens = target.tokens or [int(t) for t in f_doc.get("follow_tokens") or []]  # type: ignore[attr-defined]
+        f_logits = np.load(out / "follow" / str(f_doc["follow_logits"])) if f_doc.get("follow_logits") else np.zeros((0, 1))
+        comparison = compare_tokens(reference.tokens, target.tokens, f_logits, target_logits)
+        _name_pieces(comparison, f_doc)
+    verdict, summary = _verdict(reference, target, comparison)
+    if reference.undecodable_pieces:
+        notes.append(f"{reference.undecodable_pieces} reference token(s) are not valid UTF-8 on their own (parts of "
+                     "multi-token characters); the reference text leaves them out")
+    result = LlmTextResult(out=str(out), prompt=request.prompt, reference=reference, target=target,
+                           comparison=comparison, verdict=verdict, summary=summary, notes=notes)
+    fs.atomic_write_text(out / "llm_text.json", result.model_dump_json(indent=1))
+    return result
+
+
+def _load_logits(path: str) -> np.ndarray:
+    p = fs.check(path, what="target_logits", kind="file")
+    try:
+        arr = np.load(p, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise BadInputError(f"{p} is not a readable .npy file ({e})", hint="save the logits with numpy.save") from None
+    if arr.ndim != 2 or not np.issubdtype(arr.dtype, np.floating):
+        raise BadInputError(f"{p} holds {arr.dtype} {list(arr.shape)}, not float [steps, vocab]", hint="one row per generated token")
+    return arr.astype(np.float32)
+
+
+def _name_pieces(c: TextComparison, f_doc: dict[str, object]) -> None:
+    if c.first_divergence is None:
+        return
+    d = c.first_divergence
+    top1 = list(f_doc.get("follow_top1_pieces") or [])  # type: ignore[call-overload]
+    own = list(f_doc.get("follow_pieces") or [])  # type: ignore[call-overload]
+    d.reference_piece = top1[d.step] if d.step < len(top1) else None
+    d.target_piece = own[d.step] if d.step < len(own) else None
+
+
+def _verdict(reference: TextRun, target: TextRun | None, c: TextComparison | None) -> tuple[
+        Literal["reference_only", "match", "near_tie_flip", "diverged", "garbled"], str]:
+    ref_bad = reference.garbled is not None and reference.garbled.garbled
+    if target is None or c is None:
+        why = f"; the reference itself looks garbled ({'; '.join(reference.garbled.reasons)})" if ref_bad and reference.garbled else ""
+        return "reference_only", f"reference: {len(reference.tokens)} tokens {reference.text[:80]!r}{why}"
+    if target.garbled is not None and target.garbled.garbled and not ref_bad:
+        return "garbled", (f"the target's text is garbled ({'; '.join(target.garbled.reasons)}) while the CPU reference "
+                           f"is not; first divergence at step {c.agreeing_prefix}")
+    d = c.first_divergence
+    sq = f"; logits SQNR min {c.logits_sqnr_min_db:.1f} dB, median {c.logits_sqnr_median_db:.1f} dB" if c.logits_sqnr_min_db is not None else ""
+    bad_logits = c.logits_sqnr_median_db is not None and c.logits_sqnr_median_db < LOGITS_SQNR_BAD_DB
+    if d is None and not bad_logits:
+        return "match", f"all {c.steps} target tokens are the reference's top-1 given the same prefix{sq}"
+    if d is None:
+        return "diverged", (f"the tokens agree, but the logits do not (median SQNR below {LOGITS_SQNR_BAD_DB:.0f} dB): "
+                            f"the target computes something else{sq}")
+    if d.near_tie and c.top1_agreement >= 0.9 and not bad_logits:
+        return "near_tie_flip", (f"first divergence at step {d.step} is a near tie (reference margin {d.margin:.2f}); "
+                                 f"top-1 agreement {c.top1_agreement:.0%}{sq}")
+    return "diverged", (f"first divergence at step {d.step}: reference {d.reference_piece!r} vs target {d.target_piece!r} "
+                        f"(margin {d.margin:.2f}, target's token ranked {d.target_rank}); top-1 agreement "
+                        f"{c.top1_agreement:.0%}{sq}")
+
+
+def read_result(path: str | Path) -> LlmTextResult:
+    return LlmTextResult.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
