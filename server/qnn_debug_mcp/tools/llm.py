@@ -14,7 +14,7 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from qnn_debug.llm.check import LlmCheckRequest, LlmCheckResult
+from qnn_debug.llm.check_models import LlmCheckRequest, LlmCheckResult
 
 from ..args import Background, ClientRoots, OutPath, PathArg
 from ..calls import app_state, engine_roots, new_output, quick, respond, tool, workspace

@@ -1,0 +1,73 @@
+"""The request and result of ``llm-check``, kept free of heavy imports so the MCP server can publish them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from . import sources as S
+from .export_reader import QnnOutputs
+
+Severity = Literal["error", "warning", "info"]
+class LlmCheckRequest(BaseModel):
+    """What to check: the llmexport folder, optionally generate_llm_qnn.py's outputs and the KV limit used."""
+
+    export_dir: str
+    qnn_dir: str | None = Field(default=None, description="generate_llm_qnn.py --cache_path dir or the model's qnn/ folder")
+    max_history_token: int | None = Field(default=None, ge=0, description="the --max_history_token of generate_llm_qnn.py")
+
+
+class Finding(BaseModel):
+    id: str
+    severity: Severity
+    title: str
+    evidence: list[str] = Field(default_factory=list)
+    consequence: str = ""
+    remedy: str = ""
+    how_to_see: str = ""
+    sources: list[str] = Field(default_factory=list)
+
+
+class ExportSettings(BaseModel):
+    """Export settings, from export_args.json where present, else inferred from the model file."""
+
+    source: str
+    model_type: str | None = None
+    hidden_size: int | None = None
+    layers: int | None = None
+    generate_for_npu: bool | None = None
+    transformer_c4: bool | None = None
+    weight_bits: int | None = None
+    weight_symmetric: bool | None = None
+    calibration: str | None = None  # smooth / omni / None
+    activation_bits: int | None = None
+    activation_symmetric: bool | None = None
+    quantized_tensors: int = 0
+    attention_mask_config: str | None = None  # llm_config.json
+    attention_mask_model: str | None = None  # dtype of the .mnn input
+    kv_limit: int
+    kv_limit_source: str
+
+
+class SegmentSummary(BaseModel):
+    index: int
+    npu: bool
+    ops: int
+    first_op: str
+    last_op: str
+
+
+class LlmCheckResult(BaseModel):
+    export_dir: str
+    model: str
+    ops: int
+    settings: ExportSettings
+    segments: list[SegmentSummary]
+    findings: list[Finding]
+    qnn_outputs: QnnOutputs | None = None
+    mnn_commit: str = S.MNN_COMMIT
+
+    @property
+    def errors(self) -> int:
+        return sum(f.severity == "error" for f in self.findings)
