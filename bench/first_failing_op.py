@@ -70,10 +70,11 @@ def truncate(model: Any, tensor: str) -> Any:
 
 
 def sqnr(test: Any, ref: Any) -> float:
-    import numpy as np
+    """SQNR of ``test`` against ``ref`` by the project's one comparator (capped at 200 dB for identical)."""
+    from qnn_debug.compare.metrics import error_stats, sqnr_db
 
-    r, d = ref.astype(np.float64), test.astype(np.float64) - ref.astype(np.float64)
-    return 200.0 if not d.any() else float(10 * np.log10((r * r).sum() / (d * d).sum()))
+    stats = error_stats(test, ref, wide=True)
+    return sqnr_db(stats.sum_r2, stats.sum_d2)
 
 
 def child_testmnn(model: str, tensor: str, inputs: str, out: str) -> None:

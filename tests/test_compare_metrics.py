@@ -95,3 +95,31 @@ def test_nhwc_chunks_pair_every_element_with_its_own(chunk: int):
     assert len(pairs) > 1 or chunk >= ref.size
     assert all(np.array_equal(o, r) for o, r in pairs)
     assert np.array_equal(np.sort(np.concatenate([r for _, r in pairs])), np.sort(ref.reshape(-1)))
+
+
+def test_the_gates_and_judges_measures_come_from_the_one_comparator():
+    from qnn_debug.baseline import rel_error
+    from qnn_debug.compare.metrics import max_rel_error
+
+    rng = np.random.default_rng(2)
+    ref = rng.standard_normal(3000).astype(np.float32)
+    test = ref + rng.standard_normal(3000).astype(np.float32) * 1e-4
+    d = test.astype(np.float64) - ref.astype(np.float64)
+    rel, diff = rel_error(test, ref)
+    assert diff == float(np.abs(d).max()) and rel == float(np.abs(d).max() / np.abs(ref.astype(np.float64)).max())
+    assert rel_error(np.zeros(4), np.zeros(4)) == (0.0, 0.0) and rel_error(np.ones(4), np.zeros(4)) == (1.0, 1.0)
+    assert rel_error(np.array([np.nan, 1.0]), np.ones(2)) == (None, None) and rel_error(np.ones(0), np.ones(0)) == (0.0, 0.0)
+    wide = error_stats(test, ref, wide=True)
+    assert wide.sum_d2 == pytest.approx(float(np.dot(d, d)), rel=1e-12) and max_rel_error(wide) == (rel, diff)
+    assert error_stats(ref, ref).identical and not error_stats(test, ref).identical
+    assert not error_stats(np.array([np.nan]), np.array([np.nan])).identical
+
+
+def test_fp16_targets_with_inf_or_nan_take_the_masked_path_in_one_call():
+    r = np.linspace(-2, 2, 64, dtype=np.float32)
+    t = r.astype(np.float16)
+    t[5], t[9] = np.inf, np.nan
+    s = error_stats(t, r, chunk=16)
+    assert s.t_inf == 1 and s.t_nan == 1 and s.pairs == 62
+    clean = error_stats(np.delete(t, [5, 9]), np.delete(r, [5, 9]))
+    assert s.sum_d2 == pytest.approx(clean.sum_d2) and s.max_abs_d == pytest.approx(clean.max_abs_d)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from . import fs
+from .compare.metrics import error_stats, max_rel_error
 from .compare.ranges import RangeReport, range_report
 from .errors import BadInputError
 from .progress import NULL_PROGRESS, Progress
@@ -408,18 +409,10 @@ def _mnn_baseline(path: Path, out: Path, inputs: str | os.PathLike[str] | None, 
 
 
 def rel_error(test: np.ndarray, ref: np.ndarray) -> tuple[float | None, float | None]:
-    """(max|test-ref| / max|ref|, max|test-ref|); (None, None) when either side is not finite."""
-    import numpy as np
+    """(max|test-ref| / max|ref|, max|test-ref|); (None, None) when either side is not finite.
 
-    r = np.asarray(ref, dtype=np.float64)
-    t = np.asarray(test, dtype=np.float64)
-    if r.size == 0:
-        return 0.0, 0.0
-    if not (np.isfinite(r).all() and np.isfinite(t).all()):
-        return None, None
-    diff = float(np.max(np.abs(t - r)))
-    scale = float(np.max(np.abs(r)))
-    return (diff / scale if scale > 0 else (0.0 if diff == 0 else float(diff))), diff
+    Measured by the project's one comparator (``compare.metrics``), in float64 like the gate always was."""
+    return max_rel_error(error_stats(test, ref, wide=True))
 
 
 def gate_report(reference: Run, mnn: Run, floor: Run | None) -> GateReport:

@@ -19,6 +19,8 @@ so neither run is ever held in memory.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -29,8 +31,8 @@ import numpy as np
 
 from ..errors import BadInputError
 from ..runstore import Equivalence, Run, TensorRecord
-from .metrics import ErrorStats, Workspace, as_float32
-from .npy_stream import ChunkReader, open_npy, prefetch
+from .metrics import ErrorStats, Workspace
+from .npy_stream import NpyStream, prefetch
 from .schema import UnalignedRow
 
 if TYPE_CHECKING:
@@ -200,16 +202,26 @@ def iter_chunks(ref_arr: np.ndarray, other_arr: np.ndarray, layout: Layout,
 
 def tensor_path(run: Run, rec: TensorRecord) -> Path:
     """Where a tensor's bytes are; refuses records that point outside the run (edited run.json)."""
-    rel = Path(rec.file)
+    return Path(_tensor_file(str(run.dir), rec.file))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _tensor_file(run_dir: str, file: str) -> str:
+    """String form of :func:`tensor_path`, cached: the comparison asks twice per tensor (read-ahead, read)."""
+    rel = Path(file)
     if rel.is_absolute() or ".." in rel.parts:
-        raise BadInputError(f"run {run.dir} points outside itself ({rec.file})", hint="the run.json was edited or corrupted")
-    return run.dir / rel
+        raise BadInputError(f"run {run_dir} points outside itself ({file})", hint="the run.json was edited or corrupted")
+    return os.path.join(run_dir, file)
+
+
+def _file_of(run: Run, rec: TensorRecord) -> str:
+    return _tensor_file(str(run.dir), rec.file)
 
 
 def prefetch_pair(reference: Run, other: Run, pair: Pair) -> None:
     """Let the kernel read the pair's files while the previous pair is being compared."""
-    prefetch(tensor_path(reference, pair.ref))
-    prefetch(tensor_path(other, pair.other))
+    prefetch(_file_of(reference, pair.ref))
+    prefetch(_file_of(other, pair.other))
 
 
 def pair_stats(reference: Run, other: Run, pair: Pair, *, atol: float, rtol: float,
@@ -221,21 +233,19 @@ def pair_stats(reference: Run, other: Run, pair: Pair, *, atol: float, rtol: flo
     """
     ws = ws or Workspace()
     stats = ErrorStats(atol=atol, rtol=rtol)
-    r_npy = open_npy(tensor_path(reference, pair.ref))
-    o_npy = open_npy(tensor_path(other, pair.other))
-    if r_npy.size != o_npy.size:
-        raise BadInputError(f"tensor {pair.name!r}: the files hold {r_npy.size} and {o_npy.size} elements",
-                            hint="a run.json does not match its tensor files; re-run the capture")
-    if pair.layout != "nhwc" and not r_npy.fortran and not o_npy.fortran:
-        other_chunks = ChunkReader(o_npy, ws.buffers["target"]).chunks(chunk)
-        ref_chunks = ChunkReader(r_npy, ws.buffers["reference"]).chunks(chunk)
-        for o, r in zip(other_chunks, ref_chunks, strict=True):
-            stats.update(as_float32(o, ws, "t32"), as_float32(r, ws, "r32"), ws)
-        return stats
+    with (NpyStream(_file_of(reference, pair.ref), ws.buffers["reference"]) as ref_s,
+          NpyStream(_file_of(other, pair.other), ws.buffers["target"]) as other_s):
+        if ref_s.npy.size != other_s.npy.size:
+            raise BadInputError(f"tensor {pair.name!r}: the files hold {ref_s.npy.size} and {other_s.npy.size} elements",
+                                hint="a run.json does not match its tensor files; re-run the capture")
+        if pair.layout != "nhwc" and not ref_s.npy.fortran and not other_s.npy.fortran:
+            for o, r in zip(other_s.chunks(chunk), ref_s.chunks(chunk), strict=True):
+                stats.add(o, r, ws)
+            return stats
     ref_arr = reference.array(pair.ref.name).reshape(pair.ref.shape)
     other_arr = other.array(pair.other.name).reshape(pair.other.shape)
     for o, r in iter_chunks(ref_arr, other_arr, pair.layout, chunk):
-        stats.update(as_float32(o, ws, "t32"), as_float32(r, ws, "r32"), ws)
+        stats.add(o, r, ws)
     del ref_arr, other_arr
     return stats
 

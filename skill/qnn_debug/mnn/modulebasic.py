@@ -12,6 +12,7 @@ run overwrites ``output/0_0.txt``.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Literal
@@ -19,6 +20,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
+from ..compare.metrics import error_stats
 from ..errors import BadInputError
 
 FORWARD_TYPES = {"cpu": 0, "opencl": 3, "qnn": 5, "nn": 5, "vulkan": 7}
@@ -306,7 +308,7 @@ def judge(
         abs_max = float(np.max(np.abs(ref))) if ref.size else 0.0
         got = None if outputs is None else outputs.get(name)
         if got is not None and np.asarray(got).size == ref.size:
-            diffmax = float(np.max(np.abs(np.asarray(got, dtype=np.float64).reshape(-1) - ref))) if ref.size else 0.0
+            diffmax = _diffmax(np.asarray(got), ref)
             source = "output file"
         elif checks:
             diffmax = max(c.diffmax for c in checks)
@@ -331,6 +333,17 @@ def judge(
     if not report.judged:
         return _set(report, "passed", "MNN's own check passed (judged by its signed max: no references given)")
     return _set(report, "passed", f"{len(report.judged)} output(s) within {threshold} of max|reference|")
+
+
+def _diffmax(got: np.ndarray, ref: np.ndarray) -> float:
+    """max|got - ref| by the project's one comparator, in float64; NaN (or inf) when a value is not finite,
+    so such an output never passes."""
+    stats = error_stats(got, ref, wide=True)
+    if stats.t_nan or stats.r_nan:
+        return math.nan
+    if stats.t_inf or stats.r_inf:
+        return math.inf
+    return stats.max_abs_d
 
 
 def _qnn_problem(report: ModuleBasicReport) -> str:

@@ -22,11 +22,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..compare.metrics import SQNR_CAP_DB
 from ..progress import Progress
 from ..runstore import RunRecord, RunWriter
 
 # SQNR reported for bit-identical outputs (the true value is +inf, which JSON cannot hold).
-IDENTICAL_DB = 200.0
+IDENTICAL_DB = SQNR_CAP_DB
 
 
 def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
@@ -101,7 +102,8 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
 
     record = RunRecord.model_validate(request["record"])
     record.assignment = marked_assignment
-    record.observer_effect_db = {n: _sqnr_db(values[n], unmarked[n]) for n in outputs}
+    effects = {n: _observer_effect(values[n], unmarked[n]) for n in outputs}
+    record.observer_effect_db = {n: db for n, (db, _) in effects.items()}
     record.extra.update({
         "provider_options": options,
         "disabled_optimizers": disabled,
@@ -109,7 +111,7 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
         "capture": {"dtype": "quantized" if quantized else capture_dtype, "float16_views": len(half),
                     "refetched_as_float32": refetch},
         "timings": {k: round(v, 3) for k, v in timings.items()},
-        "observer_effect": {n: _diff(values[n], unmarked[n]) for n in outputs},
+        "observer_effect": {n: diff for n, (_, diff) in effects.items()},
         "unmarked_outputs_file": "unmarked_outputs.npz",
     })
     writer = RunWriter(request["out"], record, force=bool(request.get("force")))
@@ -142,22 +144,13 @@ def _qnn_count(assignment: list[dict[str, Any]]) -> int:
     return sum(len(a["nodes"]) for a in assignment if a["provider"] == "QNNExecutionProvider")
 
 
-def _sqnr_db(test: Any, ref: Any) -> float:
-    """10·log10(Σref² / Σ(test-ref)²); :data:`IDENTICAL_DB` for identical outputs."""
+def _observer_effect(test: Any, ref: Any) -> tuple[float, dict[str, Any]]:
+    """Marked vs unmarked output by the project's one comparator, in float64: (SQNR in dB, capped at
+    :data:`IDENTICAL_DB` for identical outputs, and -IDENTICAL_DB for an all-zero unmarked output;
+    ``{"identical", "max_abs"}``)."""
     import numpy as np
 
-    r = np.asarray(ref, dtype=np.float64)
-    d = np.asarray(test, dtype=np.float64) - r
-    noise = float(np.sum(d * d))
-    if noise == 0.0:
-        return IDENTICAL_DB
-    signal = float(np.sum(r * r))
-    return float(10 * np.log10(signal / noise)) if signal > 0 else -IDENTICAL_DB
+    from ..compare.metrics import error_stats, sqnr_db
 
-
-def _diff(test: Any, ref: Any) -> dict[str, Any]:
-    import numpy as np
-
-    a, b = np.asarray(test, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-    return {"identical": bool(np.array_equal(a, b)), "max_abs": float(np.max(np.abs(a - b))) if a.size else 0.0}
-
+    stats = error_stats(np.asarray(test), np.asarray(ref), wide=True)
+    return sqnr_db(stats.sum_r2, stats.sum_d2), {"identical": stats.identical, "max_abs": stats.max_abs_d}
