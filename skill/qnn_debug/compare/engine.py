@@ -30,6 +30,7 @@ from ..runstore import MNN_DIR, Run, atomic_write_text, sha256_file
 from . import fmt
 from .align import DEFAULT_CHUNK, Pair, align, pair_stats, prefetch_pair
 from .checks import quant_step
+from .fusion import fused_words, name_target_op
 from .importers import ReferenceSide, open_reference, open_target, target_kind
 from .localize import OpNode, find_suspects, judge_tensor, ops_without_graph
 from .metrics import Workspace, metric_values
@@ -211,6 +212,13 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
                   observer_effect_db=target.record.observer_effect_db, has_floor=side.floor is not None,
                   all_rows=all_rows, overflow=overflow, range_clip=range_clip, quantized_by=detection.sources)
     verdict, first = decide(fs, th)
+    if first is not None:
+        produced = {o for op in ops for o in op.outputs}
+        graph_inputs = {i for op in ops for i in op.inputs if i not in produced}
+        first = name_target_op(first, target, ops, set(rows) | graph_inputs)
+        if first.fused is not None:
+            verdict.summary += fused_words(first)
+            verdict.evidence["fused_op"] = first.fused.model_dump()
     if len(suspects) > len(findings):
         verdict.evidence["unchecked_suspects"] = [
             {"tensor": s.tensor, "op": s.op.name, "jump_db": round(s.jump_db, 1)} for s in suspects[len(findings):][:5]]

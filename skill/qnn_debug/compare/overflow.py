@@ -116,14 +116,26 @@ def _squaring(op: OpNode, model_nodes: Mapping[str, Any] | None) -> bool:
 
 def find_overflow(ops: list[OpNode], rows: Mapping[str, TensorRow], maxima: Mapping[str, float], reference: Run,
                   target: Run, *, model_nodes: Mapping[str, Any] | None = None) -> Overflow | None:
-    """The first op leaving the fp16 range whose target is at the rail (or, not dumped, broken downstream)."""
+    """The first op leaving the fp16 range whose target is at the rail (or, not dumped, broken downstream).
+
+    HTP holds values up to 131008 (exponent-31 codes), so when the first op beyond 65504 is held correctly
+    the search continues with 131008 as the limit."""
+    for limit in (FP16_MAX, HTP_FP16_MAX):
+        found = _find(ops, rows, maxima, reference, target, model_nodes, limit)
+        if found is not None:
+            return found
+    return None
+
+
+def _find(ops: list[OpNode], rows: Mapping[str, TensorRow], maxima: Mapping[str, float], reference: Run,
+          target: Run, model_nodes: Mapping[str, Any] | None, limit: float) -> Overflow | None:
     by_name = {op.name: op for op in ops}
     consumers: dict[str, list[OpNode]] = {}
     for op in ops:
         for i in op.inputs:
             consumers.setdefault(i, []).append(op)
     origins = [(by_name[n], t) for n, t in first_overflows(
-        ((op.name, op.inputs, op.outputs) for op in ops if op.op_type not in CONSTANT_OPS), maxima)]
+        ((op.name, op.inputs, op.outputs) for op in ops if op.op_type not in CONSTANT_OPS), maxima, limit)]
     unsafe = [n for n, m in maxima.items() if m > FP16_MAX]
     producer = {o: op for op in ops for o in op.outputs}
     for op, tensor in origins:

@@ -228,13 +228,20 @@ def conv_weight_layout(ctx: PatternContext) -> list[Trial]:
         if len(op.input) < 2 or op.input[1] not in ctx.run.index.initializers:
             continue
         w = numpy_helper.to_array(ctx.run.index.initializers[op.input[1]])
-        if w.ndim != 4 or w.shape[2] * w.shape[3] == 1:
+        if w.ndim != 4:
+            continue
+        if w.shape[2] * w.shape[3] == 1:  # 1x1: only the channel swap changes anything
+            swapped = np.ascontiguousarray(w.transpose(1, 0, 2, 3)).reshape(w.shape)
+            t = ctx.trial("permutation", f"input and output channels swapped in {op.name}",
+                          initializers={op.input[1]: swapped}, details={"node": op.name, "weight": op.input[1]})
+            trials.extend([t] if t is not None else [])
             continue
         o, i, kh, kw = w.shape
-        variants = {
+        variants: dict[str, np.ndarray | None] = {
             "weights stored OHWI, read as OIHW": np.ascontiguousarray(w.transpose(0, 2, 3, 1)).reshape(o, i, kh, kw),
             "weights stored OIHW, read as OHWI": np.ascontiguousarray(w.reshape(o, kh, kw, i).transpose(0, 3, 1, 2)),
             "kernel transposed (HW swapped)": np.ascontiguousarray(w.transpose(0, 1, 3, 2)) if kh == kw else None,
+            "input and output channels swapped": np.ascontiguousarray(w.transpose(1, 0, 2, 3)).reshape(o, i, kh, kw),
         }
         for label, alt in variants.items():
             if alt is not None:
@@ -242,6 +249,48 @@ def conv_weight_layout(ctx: PatternContext) -> list[Trial]:
                               details={"node": op.name, "weight": op.input[1]})
                 if t is not None:
                     trials.append(t)
+    return trials
+
+
+ACTIVATIONS = {"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Elu", "Selu", "PRelu"}
+NON_COMMUTATIVE = {"Sub", "Div", "Pow"}
+
+
+@pattern_test
+def fused_activation(ctx: PatternContext) -> list[Trial]:
+    """A fused activation dropped (output = pre-activation) or added (ReLU/ReLU6 where the model has none):
+    MNN fuses Conv/Deconvolution + bias + BN + ReLU into one op, and a backend can lose or invent the ReLU."""
+    trials = []
+    for i, op in _ops(ctx, *ACTIVATIONS):
+        if not op.input or not op.output:
+            continue
+        ident = helper.make_node("Identity", [op.input[0]], [op.output[0]], name=op.name)
+        t = ctx.trial("wrong_semantics", f"fused {op.op_type} {op.name} missing (output = pre-activation)",
+                      nodes=_replace(ctx, i, ident), details={"node": op.name, "activation": op.op_type})
+        if t is not None:
+            trials.append(t)
+    local = ctx.local.astype(np.float64)
+    if np.isfinite(local).all() and local.size and float(local.min()) < 0.0 and not _ops(ctx, "Relu"):
+        for label, alt in (("Relu", np.maximum(local, 0.0)), ("Relu6", np.clip(local, 0.0, 6.0))):
+            trials.append(Trial("wrong_semantics", f"extra {label} applied to {ctx.run.op.name}'s output "
+                                f"(clipped where the model is not)", ctx.score(alt), {"activation": label},
+                                complexity=1))
+    return trials
+
+
+@pattern_test
+def swapped_operands(ctx: PatternContext) -> list[Trial]:
+    """The operands of a non-commutative binary op swapped (b - a for a - b, b / a for a / b)."""
+    trials = []
+    for i, op in _ops(ctx, *NON_COMMUTATIVE):
+        if len(op.input) != 2 or op.input[0] == op.input[1]:
+            continue
+        new = copy.deepcopy(op)
+        new.input[0], new.input[1] = op.input[1], op.input[0]
+        t = ctx.trial("wrong_semantics", f"operands of {op.op_type} {op.name} swapped", nodes=_replace(ctx, i, new),
+                      details={"node": op.name, "swapped": [op.input[1], op.input[0]]})
+        if t is not None:
+            trials.append(t)
     return trials
 
 

@@ -107,16 +107,16 @@ def range_report(run: Run, maxima: Mapping[str, float] | None = None) -> RangeRe
 
 
 def first_overflows(ops: Iterable[tuple[str, tuple[str, ...], tuple[str, ...]]],
-                    maxima: Mapping[str, float]) -> list[tuple[str, str]]:
-    """(op, tensor) where the reference *leaves* the fp16 range: an output beyond 65504 whose float inputs are
-    all inside it. ``ops`` are (name, inputs, outputs) in execution order; tensors without a maximum (not
-    float, not captured) count as inside."""
+                    maxima: Mapping[str, float], limit: float = FP16_MAX) -> list[tuple[str, str]]:
+    """(op, tensor) where the reference *leaves* the range ``limit`` (fp16's 65504, or HTP's 131008): an output
+    beyond it whose float inputs are all inside it. ``ops`` are (name, inputs, outputs) in execution order;
+    tensors without a maximum (not float, not captured) count as inside."""
     found = []
     for name, inputs, outputs in ops:
-        if any(maxima.get(i, 0.0) > FP16_MAX for i in inputs):
+        if any(maxima.get(i, 0.0) > limit for i in inputs):
             continue
         for out in outputs:
-            if maxima.get(out, 0.0) > FP16_MAX:
+            if maxima.get(out, 0.0) > limit:
                 found.append((name, out))
                 break
     return found

@@ -49,13 +49,25 @@ class LocalError(BaseModel):
     note: str | None = None
 
 
+class FusedOp(BaseModel):
+    """The target's op when it fused several model nodes (MNN Deconvolution + bias + BN + ReLU, a QNN EP fusion)."""
+
+    op: str | None  # the target's op name (e.g. MNN's op name)
+    op_type: str  # the target's op type (e.g. Deconvolution)
+    target_tensor: str | None = None  # the target's name of the output (e.g. t2)
+    model_nodes: list[str] = Field(default_factory=list)  # "name (OpType)" of the model nodes it covers
+
+
 class FirstFailing(BaseModel):
     tensor: str  # a reference tensor name
-    op: str | None
+    op: str | None  # the op that ran: the target's own when it fused model nodes (see ``fused``)
     op_type: str | None
     position: int
     local_error: LocalError | None = None
     observed_as: str | None = None  # the target tensor that stands for ``tensor`` (an alias row), if not itself
+    fused: FusedOp | None = None  # set when the target's op covers several model nodes
+    model_op: str | None = None  # with ``fused``: the model node producing ``tensor``
+    model_op_type: str | None = None
 
 
 class Verdict(BaseModel):

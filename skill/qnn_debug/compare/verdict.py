@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import fmt
+from .drift import drift_words, find_drift
 from .local_error import local_limit_db
 from .localize import OpNode, Suspect
 from .overflow import Overflow
@@ -160,6 +161,12 @@ def decide(fs: Findings, th: Thresholds) -> tuple[Verdict, FirstFailing | None]:
         verdict, at = _overflow_verdict(fs, base, hit)
         return _discount_uncompared(verdict, fs), at
     verdict, first = _decide_ops(fs, th, base, worst, floor)
+    if not fs.quantized:
+        drift = find_drift(list(fs.rows.values()), th)
+        if drift is not None:
+            verdict.evidence["drift"] = drift
+            if verdict.kind in ("ok", "precision"):
+                verdict.summary += drift_words(drift)
     return _discount_uncompared(verdict, fs), first
 
 
@@ -211,6 +218,7 @@ def _overflow_verdict(fs: Findings, base: dict[str, Any], hit: Finding | None) -
                   f"saturation rail (HTP fp16 has no inf)")
     else:
         target = f"the target tops out at {o.target_max:.6g}, {o.at_rail} of {o.size} values at the ±65504 fp16 rail"
+    inside = " (beyond 65504, but within what HTP holds: 131008)" if o.input_max > 65504.0 else ""
     outs = _end_to_end(fs)
     floors = [v.get("floor_sqnr_db") for v in outs.values() if v.get("floor_sqnr_db") is not None]
     floor_words = (f" The fp16 floor fails the same way (worst output {fmt.db_unit(min(floors))}): no fp16 engine can "
@@ -218,7 +226,7 @@ def _overflow_verdict(fs: Findings, base: dict[str, Any], hit: Finding | None) -
                    " No fp16 engine can run this as is.")
     summary = (f"Precision, not a wrong op: the model is not fp16-safe. {where} is the first op whose reference "
                f"output leaves the fp16 range: `{o.tensor}` reaches {o.ref_max:.3g} (fp16 max 65504) while its "
-               f"inputs stay within ±{o.input_max:.3g}; {target}.{floor_words} Rescale by 2^{o.rescale_exponent()} "
+               f"inputs stay within ±{o.input_max:.3g}{inside}; {target}.{floor_words} Rescale by 2^{o.rescale_exponent()} "
                f"around it (see next steps).")
     first = FirstFailing(tensor=o.tensor, op=o.op.name, op_type=o.op.op_type, position=o.op.position,
                          observed_as=o.row.name if o.row is not None and o.row.stands_for else None,

@@ -1,0 +1,91 @@
+"""MNN QNN dumps where the numerics are hard: HTP's exponent-31 fp16 codes are no NaN/Inf (an L2-norm on raw pixels
+is precision/nan_inf at the sum of squares, located through the .mnn), and a fused Deconvolution (ConvTranspose +
+bias + BN + ReLU in one MNN op) whose ReLU is missing names the MNN op, its t<N> and the nodes it covers, with the
+fused-activation pattern. Dumps are written by a test double of MNN's dumper from real simulator / ORT values."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+from doubles.htp_dump import write_htp_dump
+from numerics_models import deconv_bn_relu_net, l2norm_net, pixels
+from qnn_debug.baseline import run_baseline
+from qnn_debug.cli import app
+from qnn_debug.compare.engine import compare_paths
+from qnn_debug.dump import run_dump
+from qnn_debug.mnn.model_reader import read_mnn_model
+from qnn_debug.onnx_graph import mark_all
+from qnn_debug.runstore import load_run
+from qnn_debug.targets import DumpRequest
+
+
+def _mnn_model(base: Path) -> Path:
+    return sorted((base / "mnn_cpu").glob("*.mnn"))[0]
+
+
+@pytest.mark.parametrize(("variant", "conv", "size"), [("channel", True, 32), ("pow", False, 24)])
+def test_htp_dump_with_exponent_31_codes_is_precision_not_nan_inf(tmp_path: Path, variant: str, conv: bool, size: int):
+    onnx.save(l2norm_net(variant=variant, conv=conv, size=size), str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "in.npz", x=pixels(3, size))
+    run_baseline(tmp_path / "m.onnx", tmp_path / "base", inputs=tmp_path / "in.npz")
+    run_dump(DumpRequest(model=tmp_path / "m.onnx", out=tmp_path / "htp", inputs=tmp_path / "in.npz"))
+    sim = load_run(tmp_path / "htp")  # the simulator's own values, written as MNN would dump them on the HTP
+    write_htp_dump(tmp_path / "dump", _mnn_model(tmp_path / "base"), {t.name: sim.array(t.name) for t in sim.tensors})
+    idx = read_mnn_model(_mnn_model(tmp_path / "base")).tensor_index("sumsq")
+    codes = np.fromfile(next((tmp_path / "dump").glob(f"*_t{idx}.raw")), dtype=np.uint16)
+    assert np.count_nonzero((codes & 0x7C00) == 0x7C00) > 0  # the dump really holds exponent-31 codes
+    res = CliRunner().invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "dump"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    v = out["verdict"]
+    assert (v["kind"], v["pattern"]) == ("precision", "nan_inf"), v["summary"]
+    assert out["first_failing"]["tensor"] == "sumsq"
+    assert v["evidence"]["fp16_range"]["target_nonfinite"] == 0 and v["evidence"]["fp16_range"]["rail"] == 131008.0
+    assert not any(t["metrics"].get("inf") or t["metrics"].get("nan") for t in out["tensors"])
+
+
+def _bug_values(model: onnx.ModelProto, x: np.ndarray, relu: str) -> dict[str, np.ndarray]:
+    """Every tensor of ``model`` with the ReLU ``relu`` dropped (what a Deconvolution that loses its fused ReLU gives)."""
+    import onnxruntime as ort
+
+    buggy = onnx.ModelProto()
+    buggy.CopyFrom(model)
+    for node in buggy.graph.node:
+        if node.name == relu:
+            node.op_type = "Identity"
+    marked = mark_all(buggy)
+    sess = ort.InferenceSession(marked.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return {"x": x, **dict(zip(names, sess.run(names, {"x": x}), strict=True))}
+
+
+# (cin, cout, size, kernel): two fused Deconvolutions of different shapes
+DECONV_CASES = [(4, 8, 8, 2), (3, 6, 6, 3)]
+
+
+@pytest.mark.parametrize(("cin", "cout", "size", "kernel"), DECONV_CASES)
+def test_fused_deconvolution_missing_its_relu_names_the_mnn_op(tmp_path: Path, cin: int, cout: int, size: int,
+                                                               kernel: int):
+    model = deconv_bn_relu_net(cin=cin, cout=cout, size=size, kernel=kernel)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    x = np.random.default_rng(1).standard_normal((1, cin, size, size)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    run_baseline(tmp_path / "m.onnx", tmp_path / "base", inputs=tmp_path / "in.npz")
+    mnn = _mnn_model(tmp_path / "base")
+    write_htp_dump(tmp_path / "dump", mnn, _bug_values(model, x, "up_relu"))
+    r = compare_paths(tmp_path / "base", tmp_path / "dump")
+    v, ff = r.verdict, r.first_failing
+    assert (v.kind, v.pattern) == ("real_bug", "wrong_semantics"), v.summary
+    assert ff is not None and ff.tensor == "up_relu"
+    assert (ff.op, ff.op_type) == ("up", "Deconvolution")
+    assert ff.fused is not None and ff.fused.target_tensor is not None and ff.fused.target_tensor.startswith("t")
+    assert ff.fused.model_nodes == ["up (ConvTranspose)", "up_bn (BatchNormalization)", "up_relu (Relu)"]
+    assert "missing" in (v.evidence.get("pattern_variant") or "") and (v.evidence.get("pattern_sqnr_db") or 0) > 40
+    assert "Deconvolution" in v.summary
+    assert any("qnn-debug op Deconvolution" in s for s in r.next_steps)
