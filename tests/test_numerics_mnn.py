@@ -89,3 +89,23 @@ def test_fused_deconvolution_missing_its_relu_names_the_mnn_op(tmp_path: Path, c
     assert "missing" in (v.evidence.get("pattern_variant") or "") and (v.evidence.get("pattern_sqnr_db") or 0) > 40
     assert "Deconvolution" in v.summary
     assert any("qnn-debug op Deconvolution" in s for s in r.next_steps)
+
+
+def test_ieee_fp16_producer_is_read_as_inf_only_when_asked(tmp_path: Path):
+    onnx.save(l2norm_net(variant="pow", size=16), str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "in.npz", x=pixels(3, 16))
+    run_baseline(tmp_path / "m.onnx", tmp_path / "base", inputs=tmp_path / "in.npz")
+    run_dump(DumpRequest(model=tmp_path / "m.onnx", out=tmp_path / "htp", inputs=tmp_path / "in.npz"))
+    sim = load_run(tmp_path / "htp")
+    values = {t.name: np.asarray(sim.array(t.name)) for t in sim.tensors}
+    values["sumsq"] = np.full_like(values["sumsq"], np.inf)  # what an IEEE producer holds past 65504
+    write_htp_dump(tmp_path / "dump", _mnn_model(tmp_path / "base"), values, codes="ieee")
+    res = CliRunner().invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "dump"), "--fp16-codes", "ieee",
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    v = json.loads(res.stdout)["verdict"]
+    assert (v["kind"], v["pattern"]) == ("precision", "nan_inf"), v["summary"]
+    assert v["evidence"]["fp16_range"]["target_nonfinite"] > 0 and "IEEE" in v["summary"]
+    bad = CliRunner().invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "dump"), "--fp16-codes", "x",
+                                   "--json"])
+    assert bad.exit_code == 2 and "htp or ieee" in bad.stdout

@@ -205,6 +205,9 @@ def register_compare(server: MCPServer) -> None:
         local_checks: Annotated[bool, Field(description="re-run suspect ops on CPU with the target's own inputs "
                                             "(slower, tells a wrong op from inherited error)")] = True,
         top: Annotated[int, Field(ge=1, le=200, description="how many tensor rows to return")] = 15,
+        fp16_codes: Annotated[Literal["htp", "ieee"], Field(description="how an MNN dump's fp16 buffers read "
+                              "exponent-31 codes: htp (finite up to 131008; HTP has no inf/NaN) or ieee (an IEEE-fp16 "
+                              "producer)")] = "htp",
         background: Background = None,
     ) -> Annotated[CallToolResult, LongToolAnswer]:
         """Step 3: compare a QNN run with the baseline tensor by tensor. `reference` is the baseline
@@ -226,6 +229,8 @@ def register_compare(server: MCPServer) -> None:
             cmd += ["--execution", str(execution)]
         if not local_checks:
             cmd.append("--no-local")
+        if fp16_codes != "htp":
+            cmd += ["--fp16-codes", fp16_codes]
         cmd += engine_roots(ctx, ws)
         return await run_long(ctx, tool="compare", title=f"compare of {tgt.name}", command=cmd, background=background,
                               auto_background=False, summarize=summarize_compare, transform=lambda r: top_rows(r, top))

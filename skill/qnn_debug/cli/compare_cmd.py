@@ -16,7 +16,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand
 
-from ..errors import QnnDebugError
+from ..errors import BadInputError, QnnDebugError
 from .app import app
 from .common import cli_progress, emit, fail
 
@@ -74,6 +74,8 @@ def compare(
     json_out: str = typer.Option(None, "--json", metavar="[FILE|-]",
                                  help="JSON result: on stdout (--json or --json -) or into FILE."),
     no_local: bool = typer.Option(False, "--no-local", help="Do not re-run suspect ops on CPU (faster, less certain)."),
+    fp16_codes: str = typer.Option("htp", "--fp16-codes", help="How an MNN dump's fp16 buffers read exponent-31 codes: "
+                                   "htp (finite up to 131008; HTP has no inf/NaN) or ieee (an IEEE-fp16 producer)."),
 ) -> None:
     """Compare TARGET with REFERENCE tensor by tensor, name the first failing op and give a verdict.
 
@@ -81,11 +83,15 @@ def compare(
     from ..compare.engine import CompareOptions, compare_paths
 
     to_stdout = json_out == STDOUT
+    if fp16_codes not in ("htp", "ieee"):
+        fail(BadInputError(f"--fp16-codes {fp16_codes!r} is not htp or ieee",
+                           hint="htp for dumps from Qualcomm's HTP (the default), ieee for an IEEE-fp16 producer"), to_stdout)
     try:
         with cli_progress() as progress:
             result = compare_paths(reference, target, model=model, mnn_model=mnn_model, execution=execution,
                                    report_dir=report, json_path=None if json_out in (None, STDOUT) else json_out,
-                                   options=CompareOptions(local_checks=not no_local), progress=progress)
+                                   options=CompareOptions(local_checks=not no_local), progress=progress,
+                                   fp16_codes="ieee" if fp16_codes == "ieee" else "htp")
     except QnnDebugError as e:
         fail(e, to_stdout)
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from .. import fs
 from ..errors import BadInputError
+from ..htp_fp16 import Fp16Codes
 from ..onnx_graph import is_floor_helper
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import MNN_DIR, Run, atomic_write_text, sha256_file
@@ -56,8 +57,12 @@ class CompareOptions(BaseModel):
 def compare_paths(reference: str | Path, target: str | Path, *, model: str | Path | None = None,
                   mnn_model: str | Path | None = None, execution: int | None = None,
                   report_dir: str | Path | None = None, json_path: str | Path | None = None,
-                  options: CompareOptions | None = None, progress: Progress = NULL_PROGRESS) -> CompareResult:
-    """Compare TARGET (run dir, MNN dump dir or ``.npz``) with REFERENCE (baseline or run dir)."""
+                  options: CompareOptions | None = None, progress: Progress = NULL_PROGRESS,
+                  fp16_codes: Fp16Codes = "htp") -> CompareResult:
+    """Compare TARGET (run dir, MNN dump dir or ``.npz``) with REFERENCE (baseline or run dir).
+
+    ``fp16_codes`` says how an MNN dump's FLOAT_16 buffers encode exponent-31 codes: ``htp`` (finite, up to
+    131008; HTP has no inf/NaN) or ``ieee`` (inf/NaN, for an IEEE-fp16 producer)."""
     side = open_reference(reference)
     kind = target_kind(target)
     report = Path(report_dir) if report_dir is not None else None
@@ -72,7 +77,8 @@ def compare_paths(reference: str | Path, target: str | Path, *, model: str | Pat
             work = stack.enter_context(fs.scratch("qnn-debug-target-"))
         guess = mnn_model or _mnn_model_guess(side, model)
         run, kind = open_target(target, reference=side.reference, work_dir=work,
-                                mnn_model=Path(guess) if guess else None, execution=execution, progress=progress)
+                                mnn_model=Path(guess) if guess else None, execution=execution, progress=progress,
+                                fp16_codes=fp16_codes)
         onnx_model, model_path, note = resolve_model(side.reference, model)
         result = compare_runs(side, run, model=onnx_model, model_path=model_path, target_kind=kind,
                               options=options, progress=progress, model_note=note)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BadInputError
+from ..htp_fp16 import Fp16Codes
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import FLOOR_DIR, REFERENCE_DIR, RUN_FILE, Run, RunRecord, RunWriter, load_run
 
@@ -73,7 +74,8 @@ def target_kind(path: str | Path) -> str:
 
 
 def open_target(path: str | Path, *, reference: Run, work_dir: Path, mnn_model: Path | None = None,
-                execution: int | None = None, progress: Progress = NULL_PROGRESS) -> tuple[Run, str]:
+                execution: int | None = None, progress: Progress = NULL_PROGRESS,
+                fp16_codes: Fp16Codes = "htp") -> tuple[Run, str]:
     """Load TARGET as a run; npz files and MNN dumps are imported into ``work_dir`` first."""
     kind = target_kind(path)
     p = Path(path)
@@ -82,17 +84,17 @@ def open_target(path: str | Path, *, reference: Run, work_dir: Path, mnn_model: 
     if kind == "npz":
         return import_npz(p, reference=reference, out=work_dir, progress=progress), kind
     return import_mnn(p, reference=reference, out=work_dir, mnn_model=mnn_model, execution=execution,
-                      progress=progress), kind
+                      progress=progress, fp16_codes=fp16_codes), kind
 
 
 def import_mnn(dump_dir: Path, *, reference: Run, out: Path, mnn_model: Path | None, execution: int | None,
-               progress: Progress = NULL_PROGRESS) -> Run:
+               progress: Progress = NULL_PROGRESS, fp16_codes: Fp16Codes = "htp") -> Run:
     """Read an MNN QNN dump directory with the project's MNN dump reader (reference shapes fix layouts)."""
     from ..mnn.dump_reader import import_mnn_dump
 
     shapes = {t.name: t.shape for t in reference.tensors}
     return import_mnn_dump(dump_dir, mnn_model=mnn_model, execution=execution, out=out, force=True,
-                           shapes=shapes, progress=progress)
+                           shapes=shapes, progress=progress, fp16_codes=fp16_codes)
 
 
 def import_npz(path: Path, *, reference: Run, out: Path, progress: Progress = NULL_PROGRESS) -> Run:
