@@ -16,17 +16,27 @@ from qnn_debug.llm.tiny_graph import TinyQwen3Config
 MODELS = {
     "a": (TinyQwen3Config(), None),
     "b": (TinyQwen3Config(layers=3, hidden=192, heads=6, kv_heads=2, intermediate=384, vocab=400, seed=5), 0),
+    "c": (TinyQwen3Config(layers=8, hidden=256, heads=8, kv_heads=4, intermediate=512, vocab=512, seed=9), 5),
 }
+
+
+STATIC_FAULTS = ("unregistered_op", "index_quant", "mul_encoding")
+
+
+def cases() -> list[tuple[str, str]]:
+    """Every fault on models a and b; the 8-layer model c only clean and with the faults found statically."""
+    return [(key, fault or "clean") for key in MODELS
+            for fault in ((None, *FAULTS) if key != "c" else (None, *STATIC_FAULTS))]
 
 
 def build_all(root: Path) -> dict[tuple[str, str], Path]:
     """(model, fault or "clean") → export folder; the clean ones carry smooth-quant style encodings too."""
     out: dict[tuple[str, str], Path] = {}
-    for key, (cfg, layer) in MODELS.items():
-        for fault in (None, *FAULTS):
-            name = fault or "clean"
-            req = TinyExportRequest(config=cfg, fault=fault, fault_layer=layer, act_quant=True)
-            out[(key, name)] = Path(build_tiny_export(root / key / name, req).dir)
+    for key, name in cases():
+        cfg, layer = MODELS[key]
+        fault = None if name == "clean" else name
+        req = TinyExportRequest(config=cfg, fault=fault, fault_layer=layer, act_quant=True)  # type: ignore[arg-type]
+        out[(key, name)] = Path(build_tiny_export(root / key / name, req).dir)
     return out
 
 

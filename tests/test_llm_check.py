@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_exports import MODELS, build_all, write_constants
+from llm_exports import MODELS, build_all, cases, write_constants
 from qnn_debug.errors import BadInputError
 from qnn_debug.llm.check import LlmCheckRequest, check_llm_export
 
@@ -30,8 +30,7 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], P
     return build_all(tmp_path_factory.mktemp("llm-exports"))
 
 
-@pytest.mark.parametrize("model", sorted(MODELS))
-@pytest.mark.parametrize("fault", sorted(EXPECTED))
+@pytest.mark.parametrize(("model", "fault"), cases())
 def test_each_fault_is_found_and_nothing_else(exports: dict[tuple[str, str], Path], model: str, fault: str) -> None:
     result = check_llm_export(LlmCheckRequest(export_dir=str(exports[(model, fault)])))
     errors = {f.id for f in result.findings if f.severity == "error"}
@@ -101,3 +100,12 @@ def test_cli_json_and_typed_errors(exports: dict[tuple[str, str], Path], tmp_pat
     run = subprocess.run([sys.executable, "-m", "qnn_debug", "llm-check", str(tmp_path / "empty"), "--json"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and json.loads(run.stdout)["error"] == "bad_input"
+
+
+def test_settings_inferred_without_export_args(exports: dict[tuple[str, str], Path], tmp_path: Path) -> None:
+    folder = tmp_path / "no-args"
+    shutil.copytree(exports[("b", "clean")], folder)
+    (folder / "export_args.json").unlink()
+    st = check_llm_export(LlmCheckRequest(export_dir=str(folder))).settings
+    assert st.source.startswith("inferred") and st.activation_bits == 16 and st.activation_symmetric is False
+    assert st.quantized_tensors > 0 and "smooth or omni" in (st.calibration or "")

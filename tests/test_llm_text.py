@@ -113,3 +113,13 @@ def test_cli_with_text_target_and_typed_errors(exports: dict[str, Path], tmp_pat
     run = subprocess.run([sys.executable, "-m", "qnn_debug", "llm-text", str(exports["b"]), "--out", str(tmp_path / "o4"),
                           "--target-text-file", str(tmp_path / "missing.txt"), "--json"], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and json.loads(run.stdout)["error"] == "bad_input"
+
+
+def test_runtime_refusal_is_a_typed_error_with_mnn_words(tmp_path: Path) -> None:
+    from qnn_debug.errors import TargetError
+
+    export = build_tiny_export(tmp_path / "rope", TinyExportRequest(fault="unregistered_op"))
+    with pytest.raises(TargetError) as err:
+        llm_text(LlmTextRequest(export_dir=export.dir, max_new_tokens=2, out=str(tmp_path / "o")))
+    # the wheel's CPU RoPE only takes C4-packed q/k; the runtime then crashes (measured: SIGSEGV)
+    assert "C4 packed" in err.value.message and (tmp_path / "o" / "reference" / "mnn_llm.log").is_file()

@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from .. import fs
-from ..errors import BadInputError
+from ..errors import BadInputError, TargetError
 from ..progress import NULL_PROGRESS, Progress
 from .export_reader import read_export
 from .garbled import GarbledReport, detect_garbled
@@ -120,8 +120,24 @@ def _mnn_llm(export_dir: str, prompt: str, steps: int, out: Path, *, follow: lis
 
     request = {"config": _config(export_dir), "prompt": prompt, "max_new_tokens": steps, "out": str(out),
                "stop_ids": _stop_ids(export_dir), "follow": follow, "follow_text": follow_text}
-    return run_worker("qnn_debug.llm.text_worker", request, log_path=out / "mnn_llm.log", timeout=900,
-                      progress=progress, what="MNN LLM runtime")
+    try:
+        return run_worker("qnn_debug.llm.text_worker", request, log_path=out / "mnn_llm.log", timeout=900,
+                          progress=progress, what="MNN LLM runtime")
+    except TargetError as e:
+        said = _runtime_errors(out / "mnn_llm.log")
+        if not said:
+            raise
+        raise TargetError(f"{e.message}; MNN said: {' | '.join(said)}", hint=e.hint, details=e.details) from None
+
+
+def _runtime_errors(log: Path) -> list[str]:
+    """MNN's own error lines from a worker log (shape errors, unsupported layouts), for the message."""
+    try:
+        text = fs.read_text(log, what="worker log", max_bytes=4 << 20, errors="replace")
+    except BadInputError:
+        return []
+    keys = ("Error", "error", "must", "not support", "Not support", "failed")
+    return [ln.strip() for ln in text.splitlines() if any(k in ln for k in keys)][:4]
 
 
 def compare_tokens(reference_greedy: list[int], target: list[int], follow_logits: np.ndarray,
