@@ -55,6 +55,20 @@ def test_evidence_names_the_faulty_layer(exports: dict[tuple[str, str], Path]) -
 def test_kv_limit_moves_attention_into_one_segment(exports: dict[tuple[str, str], Path]) -> None:
     r = check_llm_export(LlmCheckRequest(export_dir=str(exports[("a", "clean")]), max_history_token=256))
     assert sum(s.npu for s in r.segments) == 1 and [f.id for f in r.findings] == ["kv_limit"]
+    assert r.findings[0].severity == "warning" and "KV length" in r.findings[0].evidence[-1]  # 2048 > 256
+
+
+def test_config_qnn_and_unrecognised_qnn_dir(exports: dict[tuple[str, str], Path], tmp_path: Path) -> None:
+    folder = tmp_path / "with-qnn"
+    shutil.copytree(exports[("a", "clean")], folder)
+    (folder / "qnn").mkdir()
+    (folder / "config_qnn.json").write_text(json.dumps({"llm_model": "qnn/llm.mnn", "llm_weight": "llm.mnn.weight",
+                                                        "chunk_limits": [128, 1]}))
+    (tmp_path / "other").mkdir()
+    r = check_llm_export(LlmCheckRequest(export_dir=str(folder), qnn_dir=str(tmp_path / "other")))
+    bad = next(f for f in r.findings if f.id == "config_qnn_inconsistent")
+    assert any("qnn/llm.mnn" in e for e in bad.evidence) and any("graph*.bin" in e for e in bad.evidence)
+    assert "qnn_dir_unrecognised" in {f.id for f in r.findings}
 
 
 def test_settings_mask_and_family_findings(exports: dict[tuple[str, str], Path], tmp_path: Path) -> None:

@@ -201,11 +201,16 @@ def _settings_findings(st: ExportSettings, folder: ExportFolder, model: MnnModel
                 sources=[S.MASK_DEFAULT.cite(), S.CHUNK_CONFIGS.cite()]))
     if st.kv_limit > 0:
         has_lin = any(op.type_name == "LinearAttention" for op in model.ops)
+        cfg = folder.config_qnn or folder.config or {}
+        max_all = int(cfg.get("max_all_tokens", 2048)) if str(cfg.get("max_all_tokens", 2048)).isdigit() else 2048
+        short = max_all > st.kv_limit
         out.append(Finding(
-            id="kv_limit", severity="warning" if has_lin else "info",
+            id="kv_limit", severity="warning" if has_lin or short else "info",
             title=f"KVCACHE_SIZE_LIMIT = {st.kv_limit} ({st.kv_limit_source}): KV Attention runs inside the QNN graph",
             evidence=[f"{sum(op.type_name == 'Attention' for op in model.ops)} Attention op(s)"]
-            + (["LinearAttention present (no QNN creator)"] if has_lin else []),
+            + (["LinearAttention present (no QNN creator)"] if has_lin else [])
+            + ([f"the runtime allows max_all_tokens = {max_all} (> the limit): longer contexts stop with 'KV length "
+                f"<n> larger than max size = {st.kv_limit}'"] if short else []),
             consequence=("every op becomes NPU-eligible, KV caches become QNN graph state with max_length = the limit; "
                          "LinearAttention then sits in an NPU segment without a QNN creator"),
             remedy="use --max_history_token 0 (KV Attention and LinearAttention stay on CPU as break ops)",
@@ -276,6 +281,11 @@ def _qnn_findings(q: QnnOutputs, st: ExportSettings, part: Partition) -> list[Fi
                            consequence="Step3 (npu_convert.py / qnn-context-binary-generator) failed for these graphs — look for 3110/0xc26",
                            remedy="run llm-check's quantization checks above; fix them and re-run generate_llm_qnn.py",
                            sources=[S.GRAPHS_PER_SEGMENT.cite()]))
+    if not (q.compiled_model or q.testdirs or q.bins or q.qnn_json or q.input_json or q.postreat):
+        out.append(Finding(id="qnn_dir_unrecognised", severity="warning",
+                           title=f"{q.dir} holds none of generate_llm_qnn.py's outputs",
+                           evidence=["no qnn.json, testdir/, npu_postreat.json, llm.mnn or qnn/llm.mnn"],
+                           remedy="pass its --cache_path folder (kept after a failure) or the model's qnn/ folder"))
     npu = len(part.npu_segments)
     if merges and npu and len(merges) != npu:
         out.append(Finding(id="segment_count_differs", severity="info",
@@ -285,6 +295,30 @@ def _qnn_findings(q: QnnOutputs, st: ExportSettings, part: Partition) -> list[Fi
                            remedy="pass --max-history-token with the value you used",
                            sources=[S.GRAPHS_PER_SEGMENT.cite(), S.BREAK_OPS.cite()]))
     return out
+
+
+def _config_qnn_findings(folder: ExportFolder) -> list[Finding]:
+    """config_qnn.json (written by generate_llm_qnn.py Step 4) must point at files that exist."""
+    cq = folder.config_qnn
+    if cq is None:
+        return []
+    root = Path(folder.dir)
+    missing = [f"{key} = {cq[key]!r}" for key in ("llm_model", "llm_weight")
+               if isinstance(cq.get(key), str) and not (root / cq[key]).exists()]
+    bins = sorted(p.name for p in (root / "qnn").glob("graph*.bin")) if (root / "qnn").is_dir() else []
+    if (root / "qnn").is_dir() and not bins:
+        missing.append("qnn/ holds no graph*.bin context binaries")
+    limits = cq.get("chunk_limits")
+    ev = list(missing)
+    if isinstance(limits, list) and len(limits) == 2 and limits[1] != 1:
+        ev.append(f"chunk_limits = {limits} (generate_llm_qnn.py writes [chunk_size, 1])")
+    if not ev:
+        return []
+    return [Finding(id="config_qnn_inconsistent", severity="error",
+                    title="config_qnn.json points at files or shapes the folder does not have",
+                    evidence=ev, consequence="llm_demo config_qnn.json fails to load or runs graphs of other shapes",
+                    remedy="re-run generate_llm_qnn.py Step 4 (it moves qnn/ into the model folder and writes config_qnn.json)",
+                    sources=[S.CHUNK_CONFIGS.cite(), S.GRAPHS_PER_SEGMENT.cite()])]
 
 
 def check_llm_export(request: LlmCheckRequest) -> LlmCheckResult:
@@ -305,6 +339,7 @@ def check_llm_export(request: LlmCheckRequest) -> LlmCheckResult:
                                 remedy="copy the export's llm.mnn.weight next to llm.mnn (re-export if lost)"))
     if qnn is not None:
         findings += _qnn_findings(qnn, st, part)
+    findings += _config_qnn_findings(folder)
     order = {"error": 0, "warning": 1, "info": 2}
     findings.sort(key=lambda f: order[f.severity])
     segs = [SegmentSummary(index=s.index, npu=s.npu, ops=len(s.ops), first_op=model.ops[s.ops[0]].name,
