@@ -234,11 +234,13 @@ def test_manifest_file_column_cannot_escape(tmp_path: Path) -> None:
     (d / "manifest_000000.tsv").write_text(
         "index\tname\tfile\tdata_type\tdimensions\tquant_encoding\tscale\toffset\n"
         "0\tt1\t../secret.raw\t562\t4\t2147483647\t0\t0\n", encoding="utf-8")
-    run = import_mnn_dump(d, out=tmp_path / "run")
-    assert run.names() == [] and any("unsafe file" in w for w in run.record.warnings)
+    with pytest.raises(BadInputError, match="unsafe file"):
+        import_mnn_dump(d, out=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
-def test_damaged_dumps_are_reported_not_lost(tmp_path: Path) -> None:
+def test_damaged_dumps_are_refused_naming_file_and_row(tmp_path: Path) -> None:
+    """A damaged dump never becomes a run (so never a verdict): one typed error lists every bad row."""
     d = tmp_path / "d"
     write_dump(d, 0, [("good", np.ones(4, np.float32), 562), ("cut", np.ones(8, np.float32), 562),
                       ("gone", np.ones(2, np.float32), 562), ("s4", np.zeros(2, np.int8), 772)])
@@ -247,10 +249,11 @@ def test_damaged_dumps_are_reported_not_lost(tmp_path: Path) -> None:
     (d / "execution_000000_tensor_0002_gone.raw").unlink()
     with (d / "manifest_000000.tsv").open("a", encoding="utf-8") as f:
         f.write("not\ta\trow\n")
-    run = import_mnn_dump(d, out=tmp_path / "run")
-    assert run.names() == ["good"]
-    text = "\n".join(run.record.warnings)
-    assert "cut" in text and "10 bytes, expected 32" in text
+    with pytest.raises(BadInputError) as caught:
+        import_mnn_dump(d, out=tmp_path / "run")
+    text = caught.value.message
+    assert not (tmp_path / "run").exists() and (d / "execution_000000_tensor_0000_good.raw").is_file()
+    assert "row 3 ('cut'" in text and "10 bytes, expected 32" in text
     assert "gone" in text and "missing" in text
     assert "SFIXED_POINT_4" in text and "malformed row" in text
 

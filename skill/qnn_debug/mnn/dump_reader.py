@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
+from .. import fs
 from ..errors import BadInputError
 from ..htp_fp16 import HTP_FP16_MAX, Fp16Codes, decode_fp16
 from ..progress import NULL_PROGRESS, Progress
@@ -51,6 +52,11 @@ _MANIFEST_RE = re.compile(r"^manifest_(\d{6,})\.tsv$")
 _RAW_RE = re.compile(r"^execution_(\d{6,})_tensor_(\d{4,})_.*\.raw$")
 _T_RE = re.compile(r"^t(\d+)(?:_(cast|dequant))?$")
 DUMP_SUBDIR = "qnn_intermediate_outputs"
+MAX_MANIFEST_BYTES = 64 << 20
+MAX_RANK = 16
+MAX_DIM = (1 << 31) - 1
+MAX_ELEMENTS = 1 << 32
+MAX_LISTED_PROBLEMS = 8
 STALE_TOLERANCE_NS = 1_000_000_000
 
 
@@ -76,6 +82,7 @@ class DumpExecution(BaseModel):
     mtime_ns: int
     entries: list[DumpEntry]
     stale: bool = False  # left over from an older run (see scan_dump_dir)
+    malformed: list[str] = Field(default_factory=list)  # rows that could not be parsed ("<manifest> row N: ...")
 
 
 class DumpDirectory(BaseModel):
@@ -103,7 +110,7 @@ class DumpDirectory(BaseModel):
 
 def find_dump_dir(path: str | os.PathLike[str]) -> Path:
     """Accept the dump dir itself or a directory holding ``qnn_intermediate_outputs/``."""
-    p = Path(path)
+    p = fs.check(path, what="dump directory", must_exist=False)
     if not p.is_dir():
         raise BadInputError(f"dump directory {p} does not exist", hint="pass the qnn_intermediate_outputs directory")
     if not any(_MANIFEST_RE.match(f.name) for f in p.iterdir()) and (p / DUMP_SUBDIR).is_dir():
@@ -145,10 +152,7 @@ def scan_dump_dir(path: str | os.PathLike[str]) -> DumpDirectory:
 
 
 def _read_manifest(path: Path, number: int, problems: list[str]) -> DumpExecution:
-    try:
-        text = path.read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError as e:
-        raise BadInputError(f"cannot read {path}: {e}", hint="check permissions") from None
+    text = fs.read_text(path, what="dump manifest", max_bytes=MAX_MANIFEST_BYTES, errors="surrogateescape")
     lines = text.split("\n")
     if not lines or lines[0].rstrip("\r").split("\t") != MANIFEST_HEADER:
         raise BadInputError(
@@ -156,16 +160,19 @@ def _read_manifest(path: Path, number: int, problems: list[str]) -> DumpExecutio
             hint="expected the tab-separated header: " + " ".join(MANIFEST_HEADER),
         )
     entries: list[DumpEntry] = []
+    malformed: list[str] = []
     for lineno, line in enumerate(lines[1:], start=2):
         line = line.rstrip("\r")
         if not line:
             continue
         entry = _parse_row(line, lineno)
         if entry is None:
-            problems.append(f"{path.name}:{lineno}: malformed row {line[:120]!r} (skipped)")
+            problems.append(f"{path.name}:{lineno}: malformed row {json_safe(line[:120])!r} (skipped)")
+            malformed.append(f"{path.name} row {lineno}: malformed row {json_safe(line[:120])!r}")
             continue
         entries.append(entry)
-    return DumpExecution(number=number, manifest=path.name, mtime_ns=path.stat().st_mtime_ns, entries=entries)
+    return DumpExecution(number=number, manifest=path.name, mtime_ns=path.stat().st_mtime_ns, entries=entries,
+                         malformed=malformed)
 
 
 def _parse_row(line: str, lineno: int) -> DumpEntry | None:
@@ -178,7 +185,7 @@ def _parse_row(line: str, lineno: int) -> DumpEntry | None:
     try:
         return DumpEntry(
             index=int(fields[0]),
-            name=name,
+            name=json_safe(name),
             file=file,
             data_type=int(dtype),
             dims=[int(d) for d in dims.split("x")] if dims else [],
@@ -241,19 +248,20 @@ def read_entry(dump_dir: str | os.PathLike[str], entry: DumpEntry, *, fp16_codes
         raise BadInputError(f"tensor {entry.name!r} has QNN data type {name}, which has no host representation",
                             hint="MNN never dumps this type; the manifest may be from another tool")
     np_dtype = np.dtype(dt.numpy).newbyteorder("<")
-    count = int(np.prod(entry.dims, dtype=np.int64)) if entry.dims else 1
+    count = element_count(entry)
     expected = count * np_dtype.itemsize
-    try:
-        size = path.stat().st_size
-    except OSError:
+    check_dims(entry)
+    if not os.path.lexists(path):
         raise BadInputError(f"raw file {entry.file} of tensor {entry.name!r} is missing",
-                            hint="the dump was copied incompletely; pull the whole directory again") from None
-    if size != expected:
-        raise BadInputError(
-            f"raw file {entry.file} has {size} bytes, expected {expected} for {dt.name} {entry.dims}",
-            hint="the dump is truncated or belongs to another run; re-run with a cleared dump directory",
-        )
-    data = np.fromfile(path, dtype=np_dtype, count=count).reshape(entry.dims)
+                            hint="the dump was copied incompletely; pull the whole directory again")
+    with fs.open_read(path, what=f"raw file of manifest row {entry.line}") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size != expected:
+            raise BadInputError(
+                f"raw file {entry.file} has {size} bytes, expected {expected} for {dt.name} {entry.dims}",
+                hint="the dump is truncated or belongs to another run; re-run with a cleared dump directory",
+            )
+        data = np.fromfile(f, dtype=np_dtype, count=count).reshape(entry.dims)
     if dt.numpy == "float16":
         half = decode_fp16(data, fp16_codes)
         note = None
@@ -421,6 +429,7 @@ def import_mnn_dump(
     """
     scan = scan_dump_dir(dump_dir)
     chosen = scan.execution(execution)
+    refuse_damaged(scan, chosen)  # before anything is written: no run, and so no verdict, from a damaged dump
     model = _load_model(mnn_model)
     shapes = dict(shapes or {})
     if model is not None:
@@ -551,3 +560,86 @@ def model_info(model: MnnModel | None) -> ModelInfo | None:
         inputs=[TensorSpec(name=i.name, shape=list(i.shape), dtype=i.dtype) for i in model.inputs],
         outputs=[TensorSpec(name=n, shape=[], dtype="float32") for n in model.output_names],
     )
+
+
+# --- validation of hostile or damaged dumps ----------------------------------------------------------------
+# Kept apart from decoding on purpose: a damaged dump is refused as a whole, naming each file and manifest
+# row, before any tensor is written, so no comparison (and no verdict) is ever built on one.
+
+
+def json_safe(text: str) -> str:
+    """``text`` as valid Unicode: bytes that were not UTF-8 (kept as lone surrogates) become U+FFFD."""
+    return text.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace") \
+        if any("\ud800" <= c <= "\udfff" for c in text) else text
+
+
+def element_count(entry: DumpEntry) -> int:
+    check_dims(entry)
+    count = 1
+    for d in entry.dims:
+        count *= d
+    return count
+
+
+def check_dims(entry: DumpEntry) -> None:
+    """Dimensions positive and bounded, so no size computation can overflow or allocate absurdly."""
+    where = f"manifest row {entry.line} ({entry.name!r})"
+    if len(entry.dims) > MAX_RANK:
+        raise BadInputError(f"{where} has {len(entry.dims)} dimensions (at most {MAX_RANK})",
+                            hint="the manifest is damaged; re-run with a cleared dump directory")
+    bad = [d for d in entry.dims if d < 1 or d > MAX_DIM]
+    if bad:
+        raise BadInputError(f"{where} has dimension {bad[0]} (each must be 1..{MAX_DIM})",
+                            hint="the manifest is damaged; re-run with a cleared dump directory")
+    count = 1
+    for d in entry.dims:
+        count *= d
+    if count > MAX_ELEMENTS:
+        raise BadInputError(f"{where} declares {count} elements (at most {MAX_ELEMENTS})",
+                            hint="the manifest is damaged; re-run with a cleared dump directory")
+
+
+def row_problem(dump_dir: Path, entry: DumpEntry) -> str | None:
+    """Why one manifest row cannot be trusted (file, type, size, dims, scale), or None. Cheap: no data is read."""
+    import math
+
+    if not entry.file or "/" in entry.file or "\\" in entry.file or entry.file in (".", ".."):
+        return f"names an unsafe file {entry.file[:100]!r}"
+    try:
+        count = element_count(entry)
+    except BadInputError as e:
+        return e.message
+    dt = data_type(entry.data_type)
+    if dt is None or dt.numpy is None:
+        return f"has QNN data type {dt.name if dt else f'code {entry.data_type}'}, which has no host representation"
+    if not math.isfinite(entry.scale):
+        return f"has a non-finite scale {entry.scale}"
+    if dt.fixed_point and entry.quant_encoding == ENC_SCALE_OFFSET and entry.scale == 0:
+        return "has SCALE_OFFSET encoding with scale 0 (values cannot be dequantized)"
+    path = dump_dir / entry.file
+    try:
+        real = fs.check(path, what="raw file", kind="file")
+    except BadInputError as e:
+        return "raw file is missing" if not os.path.lexists(path) else e.message
+    size = real.stat().st_size
+    expected = count * np.dtype(dt.numpy).itemsize
+    if size != expected:
+        return f"raw file has {size} bytes, expected {expected} for {dt.name} {entry.dims}"
+    return None
+
+
+def refuse_damaged(scan: DumpDirectory, chosen: DumpExecution) -> None:
+    """Raise one :class:`BadInputError` listing every damaged row of the chosen execution (file and row)."""
+    problems = list(chosen.malformed)
+    for entry in chosen.entries:
+        why = row_problem(Path(scan.path), entry)
+        if why is not None:
+            problems.append(f"{chosen.manifest} row {entry.line} ({entry.name!r}, {entry.file[:100]}): {why}")
+    if problems:
+        shown = "; ".join(problems[:MAX_LISTED_PROBLEMS])
+        more = f" and {len(problems) - MAX_LISTED_PROBLEMS} more" if len(problems) > MAX_LISTED_PROBLEMS else ""
+        raise BadInputError(
+            f"dump {scan.path} execution {chosen.number} is damaged: {shown}{more}",
+            hint="pull the whole dump directory again, or clear it and re-run the model; a damaged dump is never "
+            "compared", details={"problems": problems[:100]},
+        )

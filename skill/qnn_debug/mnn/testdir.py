@@ -10,7 +10,6 @@ copied into the QNN graph (the ``Tensor usage is 1.`` / ``error code 6000`` fail
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,16 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field
 
+from .. import fs
 from ..errors import BadInputError
 from ..runstore import atomic_write_text
 
 INPUT_JSON = "input.json"
+MAX_INPUT_JSON_BYTES = 16 << 20
+MAX_TXT_BYTES = 1 << 30
+MAX_RANK = 16
+MAX_DIM = (1 << 31) - 1
+MAX_ELEMENTS = 1 << 31
 
 
 class TestDirInfo(BaseModel):
@@ -68,14 +73,31 @@ def _load_json(directory: Path) -> tuple[Path, dict[str, Any]]:
         raise BadInputError(f"{d} is not an MNN test dir (no {INPUT_JSON})",
                             hint="create one with `qnn-debug testdir` or MNN's testMNNFromOnnx.py")
     try:
-        doc = json.loads(f.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BadInputError(f"{f} is not valid JSON ({e})", hint="ModuleBasic would print 'Invalid json'; fix or recreate it") from None
+        doc = fs.read_json(f, what="test-dir input.json", max_bytes=MAX_INPUT_JSON_BYTES)
+    except BadInputError as e:
+        raise BadInputError(f"{f} is not valid JSON ({e.message})",
+                            hint="ModuleBasic would print 'Invalid json'; fix or recreate it") from None
     inputs = doc.get("inputs") if isinstance(doc, dict) else None
     if not isinstance(inputs, list) or not inputs or not all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in inputs):
         raise BadInputError(f"{f} is not an MNN test-dir input.json (needs a non-empty \"inputs\" list of {{\"name\": ...}})",
                             hint="create one with `qnn-debug testdir`")
+    for i in inputs:
+        _check_shape(f, i)
     return f, doc
+
+
+def _check_shape(f: Path, entry: dict[str, Any]) -> None:
+    """An input's ``shape``: a short list of non-negative integers whose product stays allocatable."""
+    shape = entry.get("shape", [])
+    ok = isinstance(shape, list) and len(shape) <= MAX_RANK and all(
+        isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= MAX_DIM for d in shape)
+    count = 1
+    for d in shape if ok else []:
+        count *= d
+    if not ok or count > MAX_ELEMENTS:
+        name = str(entry.get("name"))[:100]
+        raise BadInputError(f"{f}: input {name!r} has an unusable shape {str(shape)[:100]}",
+                            hint=f"give a list of at most {MAX_RANK} integers, e.g. [1, 3, 224, 224]")
 
 
 def read_testdir(directory: str | os.PathLike[str]) -> TestDirInfo:
@@ -136,8 +158,9 @@ def load_inputs(directory: str | os.PathLike[str]) -> dict[str, np.ndarray]:
 
 
 def _read_txt(path: Path) -> np.ndarray:
+    text = fs.read_text(path, what="test-dir data file", max_bytes=MAX_TXT_BYTES)
     try:
-        return np.array(path.read_text(encoding="utf-8").split(), dtype=np.float64)
+        return np.array(text.split(), dtype=np.float64)
     except (OSError, ValueError) as e:
         raise BadInputError(f"{path} is not a list of numbers ({e})", hint="regenerate the test dir") from None
 
@@ -150,6 +173,9 @@ def toggle_shape_mutable(directory: str | os.PathLike[str], value: bool | None =
     An absent key counts as ModuleBasic's default, true.
     """
     f, doc = _load_json(Path(directory))
+    if os.path.islink(f):  # editing through a link would copy its target here and replace the link
+        raise BadInputError(f"{f} is a symbolic link; toggle_shapeMutable only edits a real file",
+                            hint="replace the link with a copy of the file you mean to edit")
     raw = doc.get("shapeMutable")
     if raw is not None and not isinstance(raw, bool):
         if value is None:
@@ -161,11 +187,12 @@ def toggle_shape_mutable(directory: str | os.PathLike[str], value: bool | None =
     new = (not effective) if value is None else value
     if old is not None and old == new:
         return ToggleResult(file=str(f), old=old, new=new, changed=False)
-    previous = f.read_text(encoding="utf-8")
-    backup = _free_backup(f)
-    atomic_write_text(backup, previous)
+    previous = fs.read_bytes(f, what="test-dir input.json", max_bytes=MAX_INPUT_JSON_BYTES)
     doc["shapeMutable"] = new
-    atomic_write_text(f, json.dumps(doc, indent=4))
+    text = fs.strict_json(doc, indent=4)  # refuses NaN/Infinity before anything is written
+    backup = _free_backup(f)
+    fs.atomic_write_bytes(backup, previous)
+    atomic_write_text(f, text)
     return ToggleResult(file=str(f), old=old, new=new, changed=True, backup=str(backup))
 
 
@@ -175,7 +202,7 @@ toggle_shapeMutable = toggle_shape_mutable  # the name MNN users know the key by
 def _free_backup(f: Path) -> Path:
     candidate = f.with_name(f.name + ".bak")
     n = 2
-    while candidate.exists():
+    while os.path.lexists(candidate):
         candidate = f.with_name(f"{f.name}.bak{n}")
         n += 1
     return candidate
