@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from . import fs
 from .compare.schema import CompareResult
 from .errors import BadInputError
 from .mnn.soc import DEFAULT_SOC
@@ -154,5 +155,4 @@ def _prepare_out(out: Path, force: bool) -> Path:
         if not ours:
             raise BadInputError(f"refusing to reuse {out}: it does not look like a qnn-debug diagnosis",
                                 hint="choose a new --out")
-    out.mkdir(parents=True, exist_ok=True)
-    return out.resolve()
+    return fs.make_dirs(out, what="output directory")

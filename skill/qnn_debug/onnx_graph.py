@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from . import fs
 from .errors import BadInputError
 from .runstore import TensorSpec
 
@@ -55,6 +56,18 @@ class NodeInfo:
     outputs: tuple[str, ...]
 
 
+def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
+    """External tensor data, each file checked like every other file we open (inside the roots, regular)."""
+    from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_model, uses_external_data
+
+    tensors = [*model.graph.initializer, *(a.t for n in model.graph.node for a in n.attribute if a.HasField("t"))]
+    external = [t for t in tensors if uses_external_data(t)]
+    for t in external:
+        fs.check(base / ExternalDataInfo(t).location, what=f"external data of tensor {t.name!r}", kind="file")
+    if external:
+        load_external_data_for_model(model, str(base))
+
+
 def load_onnx(path: str | os.PathLike[str], *, load_external_data: bool = True) -> onnx.ModelProto:
     """Load an ONNX model with clear errors for missing, empty or corrupt files."""
     p = Path(path)
@@ -62,10 +75,16 @@ def load_onnx(path: str | os.PathLike[str], *, load_external_data: bool = True) 
         raise BadInputError(f"model file {p} does not exist", hint="check the path")
     if p.is_dir():
         raise BadInputError(f"model path {p} is a directory", hint="pass the .onnx file")
-    if p.stat().st_size == 0:
+    real = fs.check(p, what="model file", kind="file")
+    if real.stat().st_size == 0:
         raise BadInputError(f"model file {p} is empty", hint="re-export the model")
     try:
-        model = onnx.load(str(p), load_external_data=load_external_data)
+        with fs.open_read(p, what="model file") as f:
+            model = onnx.load_model_from_string(f.read())
+        if load_external_data:
+            _load_external_data(model, real.parent)
+    except BadInputError:
+        raise
     except Exception as e:
         raise BadInputError(f"{p} is not a readable ONNX model: {type(e).__name__}: {e}", hint="re-export the model") from None
     if len(model.graph.node) == 0:

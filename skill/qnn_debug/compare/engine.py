@@ -101,12 +101,21 @@ def _check_json_path(path: Path) -> None:
                             hint="give a new file name ending in .json, or `--json -` for stdout")
 
 
+def _usable(path: Path) -> bool:
+    """A path found inside our own files (run.json) that the roots allow and that is a regular file."""
+    try:
+        fs.check(path, what="model", kind="file")
+    except BadInputError:
+        return False
+    return True
+
+
 def _mnn_model_guess(side: ReferenceSide, model: str | Path | None) -> Path | None:
     """The .mnn that names t<N> in an MNN dump: --model if it is one, else the baseline's converted model."""
     if model is not None and Path(model).suffix.lower() == ".mnn":
         return Path(model)
     info = side.reference.record.model
-    if info is not None and info.format == "mnn" and Path(info.path).exists():
+    if info is not None and info.format == "mnn" and Path(info.path).exists() and _usable(Path(info.path)):
         return Path(info.path)
     if side.baseline_dir is not None:
         found = sorted((side.baseline_dir / MNN_DIR).glob("*.mnn"))
@@ -134,6 +143,10 @@ def resolve_model(reference: Run, model: str | Path | None) -> tuple[Any, str | 
     path = Path(info.path)
     if not path.exists():
         return None, None, f"the reference's model {path} no longer exists (pass --model)"
+    try:  # a path read from run.json is checked like any argument: inside the roots, a regular file
+        fs.check(path, what="the reference's model", kind="file")
+    except BadInputError as e:
+        return None, None, f"{e.message} (pass --model)"
     if info.sha256 and sha256_file(path) != info.sha256:
         return None, None, f"the reference's model {path} changed since the baseline (pass --model)"
     return load_onnx(path), str(path), None

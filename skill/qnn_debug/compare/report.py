@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import fs
 from ..runstore import atomic_write_text
 from . import fmt
 from .schema import CompareResult, TensorRow
@@ -20,8 +21,7 @@ MAX_ROWS, MAX_UNALIGNED = 30, 20
 
 def write_report(result: CompareResult, out: str | Path) -> dict[str, str]:
     """Write the three files into ``out`` (created if needed); returns their paths by kind."""
-    d = Path(out)
-    d.mkdir(parents=True, exist_ok=True)
+    d = fs.make_dirs(out, what="report directory")
     files = {"markdown": str(d / MD_FILE), "json": str(d / JSON_FILE), "plot": str(d / PLOT_FILE)}
     result.report_files = files
     plot_error(result, d / PLOT_FILE)
@@ -207,5 +207,9 @@ def plot_error(r: CompareResult, path: Path) -> None:
     ax.set_title(f"{r.verdict.kind}: {r.verdict.pattern}", fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
-    fig.savefig(path)
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
     plt.close(fig)
+    fs.atomic_write_bytes(path, buf.getvalue(), what="plot")  # never written through a planted link

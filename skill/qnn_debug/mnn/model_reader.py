@@ -22,6 +22,7 @@ from flatbuffers import number_types as nt
 from flatbuffers.table import Table
 from pydantic import BaseModel, Field
 
+from .. import fs
 from ..errors import BadInputError
 
 # --- slots (declaration positions) in MNN's schema ------------------------------------------------------
@@ -301,7 +302,7 @@ def read_mnn_model(path: str | os.PathLike[str]) -> MnnModel:
     if p.stat().st_size < 8:
         raise BadInputError(f"{p} is not an MNN model (only {p.stat().st_size} bytes)", hint="pass a .mnn file")
     try:
-        with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        with fs.open_read(p, what="MNN model") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             return _read_net(_Reader(buf), str(p))
     except (ValueError, struct.error, IndexError, OverflowError, TypeError) as e:
         raise BadInputError(
@@ -448,7 +449,7 @@ def read_mnn_constants(path: str | os.PathLike[str]) -> dict[str, Any]:
     slots = {_BLOB_FLOAT32S: "float32", _BLOB_INT32S: "int32", _BLOB_INT64S: "int64", _BLOB_UINT8S: "uint8",
              _BLOB_INT8S: "int8"}
     try:
-        with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        with fs.open_read(p, what="MNN model") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             r = _Reader(buf)
             net = r.root()
             names = r.string_vector(net, _NET_TENSOR_NAME)
