@@ -62,7 +62,10 @@ def main(argv: list[str] | None = None) -> None:
         if args.http:
             serve_http(server, args)
         else:
-            server.run()
+            from .stdio_guard import guarded_stdio
+
+            with guarded_stdio():  # malformed JSON-RPC gets an error reply instead of silence
+                server.run()
     except KeyboardInterrupt:
         pass
 
