@@ -143,7 +143,7 @@ def test_probe_reports_missing_files_with_push_commands(tmp_path: Path, monkeypa
     skel = next(f for f in result.missing if "Skel" in f.name)
     assert skel.push == f"adb -s FAKE0001 push '/opt/qnn sdk'/lib/hexagon-v79/unsigned/libQnnHtpV79Skel.so {MNN_DIR}/"
     libcxx = next(f for f in result.missing if f.name == "libc++_shared.so")
-    assert (libcxx.push or "").startswith("adb -s FAKE0001 push $ANDROID_NDK/")
+    assert (libcxx.push or "").startswith('adb -s FAKE0001 push "${ANDROID_NDK:?set ANDROID_NDK first}"/')
 
 
 def test_probe_cli_unknown_soc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -128,7 +128,7 @@ def test_missing_libraries_stop_the_run_with_push_commands(mnn_fixtures: Path, t
     assert res.returncode == 3
     err = json.loads(res.stdout)
     assert err["error"] == "device_failure" and "libQnnHtpV75Skel.so" in err["message"]
-    assert f"push $QNN_SDK_ROOT/lib/hexagon-v75/unsigned/libQnnHtpV75Skel.so {MNN_DIR}/" in err["hint"]
+    assert f'push "${{QNN_SDK_ROOT:?set QNN_SDK_ROOT first}}"/lib/hexagon-v75/unsigned/libQnnHtpV75Skel.so {MNN_DIR}/' in err["hint"]
     assert not any(c[2:3] == ["push"] for c in phone.calls())
 
 

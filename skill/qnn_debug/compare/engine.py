@@ -373,7 +373,7 @@ def _check_input_hashes(ref: Run, target: Run, pairs: list[Pair]) -> None:
         return  # the input tensors are compared directly (see _check_inputs)
     raise BadInputError(
         f"the target ran on different inputs than the reference (input sha256 {b.sha256[:12]} vs {a.sha256[:12]})",
-        hint="re-run the target with the baseline's inputs.npz (--inputs <baseline>/inputs.npz)",
+        hint="re-run the target with the baseline's inputs.npz (--inputs BASELINE_DIR/inputs.npz)",
     )
 
 
@@ -409,8 +409,8 @@ def _check_inputs(ref: Run, target: Run, pairs: list[Pair], rows: list[TensorRow
             raise BadInputError(
                 f"the target ran on a different input {name!r}: the target's {name!r} {how}",
                 hint="rebuild the baseline with the inputs the target used (`qnn-debug baseline MODEL --inputs "
-                     "<that .npz or test dir>`), or re-run the target with the baseline's inputs.npz "
-                     "(--inputs <baseline>/inputs.npz)",
+                     "INPUTS_NPZ_OR_TESTDIR`), or re-run the target with the baseline's inputs.npz "
+                     "(--inputs BASELINE_DIR/inputs.npz)",
                 details={"input": name, "metrics": row.metrics},
             )
         warnings.append(f"the target's copy {pair.name!r} of input {name!r} {how}: other data, or the copy is broken")

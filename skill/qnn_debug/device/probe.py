@@ -47,6 +47,7 @@ class ProbeResult(BaseModel):
 def _sources(arch: int | None, sdk: str, mnn_build: str, ndk: str) -> dict[str, tuple[str, str]]:
     """file name → (local source path for the push command, needed for); roots are quoted or placeholders."""
     a = str(arch) if arch else "<arch>"
+    s = str(arch) if arch else ARCH_VAR  # in shell text: a variable that stops with a message when unset
     return {
         "ModuleBasic.out": (f"{mnn_build}/ModuleBasic.out", "all"),
         "libMNN.so": (f"{mnn_build}/libMNN.so", "all"),
@@ -54,8 +55,8 @@ def _sources(arch: int | None, sdk: str, mnn_build: str, ndk: str) -> dict[str, 
                              "all"),
         "libQnnHtp.so": (f"{sdk}/lib/aarch64-android/libQnnHtp.so", "all"),
         "libQnnSystem.so": (f"{sdk}/lib/aarch64-android/libQnnSystem.so", "offline"),
-        f"libQnnHtpV{a}Stub.so": (f"{sdk}/lib/aarch64-android/libQnnHtpV{a}Stub.so", "all"),
-        f"libQnnHtpV{a}Skel.so": (f"{sdk}/lib/hexagon-v{a}/unsigned/libQnnHtpV{a}Skel.so", "all"),
+        f"libQnnHtpV{a}Stub.so": (f"{sdk}/lib/aarch64-android/libQnnHtpV{s}Stub.so", "all"),
+        f"libQnnHtpV{a}Skel.so": (f"{sdk}/lib/hexagon-v{s}/unsigned/libQnnHtpV{s}Skel.so", "all"),
         "libQnnHtpPrepare.so": (f"{sdk}/lib/aarch64-android/libQnnHtpPrepare.so", "online"),
     }
 
@@ -89,9 +90,16 @@ def probe_device(adb: Adb, *, mnn_dir: str, qnn_sdk: str | None = None, mnn_buil
     return result
 
 
+ARCH_VAR = '"${HTP_ARCH:?set HTP_ARCH to the phone HTP arch, e.g. 75}"'
+
+
 def _root(given: str | None, placeholder: str) -> str:
-    """A user's directory, quoted for pasting into a shell; else a variable the user sets."""
-    return shlex.quote(given.rstrip("/")) if given else placeholder
+    """A user's directory, quoted for pasting into a shell; else a variable the user sets (quoted, so a
+    value with spaces still works, and ``${VAR:?...}`` so an unset one stops with a message)."""
+    if given:
+        return shlex.quote(given.rstrip("/") or "/")
+    name = placeholder.lstrip("$")
+    return f'"${{{name}:?set {name} first}}"'
 
 
 def _props(adb: Adb, keys: list[str]) -> list[str]:

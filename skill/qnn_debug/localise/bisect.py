@@ -18,6 +18,7 @@ is named from the baseline; HTP saturates there (at 131008, never inf), so it is
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -229,7 +230,7 @@ def _explain(result: BisectResult, th: Thresholds) -> None:
                           f"its output {ff.tensor!r} is {ff.excess_db} dB beyond the fp16 floor (target "
                           f"{ff.target_sqnr_db} dB vs floor {ff.floor_sqnr_db} dB) while every tensor the graph "
                           f"holds before it is within {th.jump_db:g} dB of the floor")
-        result.next_steps = [f"qnn-debug op {ff.op_type}"]
+        result.next_steps = [f"qnn-debug op {shlex.quote(ff.op_type)}"]
     else:
         worst = result.probes[0].worst if result.probes else None
         tail = (f" (final outputs: target {worst.target_sqnr_db} dB, floor {worst.floor_sqnr_db} dB)"
@@ -240,7 +241,7 @@ def _explain(result: BisectResult, th: Thresholds) -> None:
         if ff is None:
             result.verdict = "precision"
             if rng.op_type:
-                result.next_steps = [f"qnn-debug op {rng.op_type}"]
+                result.next_steps = [f"qnn-debug op {shlex.quote(rng.op_type)}"]
     elif ff is None and worst_short(result, th):
         result.verdict = "precision"
 
