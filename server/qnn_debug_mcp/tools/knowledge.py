@@ -11,6 +11,7 @@ from typing import Annotated
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -19,7 +20,7 @@ from qnn_debug.ops.models import OpConstraints
 from qnn_debug.triage.models import TriageResult
 
 from ..args import ClientRoots, PathArg
-from ..calls import app_state, engine, quick, respond, tool, workspace
+from ..calls import app_state, engine, engine_roots, quick, respond, tool, workspace
 from ..errors import tool_error
 from ..playbooks import playbook_uri
 
@@ -28,6 +29,7 @@ EDITS_TESTDIR = ToolAnnotations(read_only_hint=False, destructive_hint=True, ide
 ProbeShape = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[0-9x]+(:[a-z0-9]+)?(=[-0-9.,eE+]*)?$")]
 MAX_LOG_CHARS = 2_000_000
 CASES_FILE = "qnn-debug-cases.jsonl"
+IN_PROCESS_LOG_BYTES = 16 << 20  # smaller logs are triaged in a worker thread (fast); bigger ones in a child
 
 
 class ShapeMutableChange(BaseModel):
@@ -80,7 +82,16 @@ def register(server: MCPServer) -> None:
             cases = str(ws.resolve(CASES_FILE, what="cases_path", kind="file"))
         if log_path is not None:
             path = ws.resolve(log_path, what="log_path", kind="file")
-            result = await quick(_triage, str(path), None, cases, limit_s=limit, what="triage")
+            if path.stat().st_size <= IN_PROCESS_LOG_BYTES:
+                result = await quick(_triage, str(path), None, cases, limit_s=limit, what="triage")
+            else:  # a big log is scanned in a child process, so a timeout or cancel really stops the scan
+                cmd = ["triage", str(path), *(["--cases", cases] if cases else []), *engine_roots(ctx, ws)]
+                try:
+                    doc = await engine(ctx, cmd, timeout=limit)
+                except ToolError as e:
+                    raise tool_error(f"triage of {log_path[:200]!r} failed: {str(e).rstrip('.')}",
+                                     "pass the failing part of the log as log_text") from None
+                result = TriageResult.model_validate(doc)
         else:
             result = await quick(_triage, None, log_text, cases, limit_s=limit, what="triage")
         answer = TriageAnswer(**result.model_dump(), playbook_uri=playbook_uri(result.playbook))
