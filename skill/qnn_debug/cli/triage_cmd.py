@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from .. import fs
 from ..errors import QnnDebugError
 from .app import app
 from .common import JSON_OPTION, emit, fail
@@ -36,6 +37,8 @@ def triage(
     from ..triage import TriageResult, triage_log
 
     try:
+        if log != "-":  # inside --root, a regular file: a FIFO or device would hang the scan
+            fs.check(log, what="log file", kind="file")
         result = triage_log(log, cases=_default_cases(cases))
     except QnnDebugError as e:
         fail(e, json_out)
