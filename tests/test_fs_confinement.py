@@ -94,7 +94,7 @@ def test_long_paths_and_link_loops_are_typed(confined: tuple[Path, Path], make: 
 def test_output_directories_are_claimed_before_any_write(confined: tuple[Path, Path]) -> None:
     root, _ = confined
     out = fs.claim_dir(root / "run")
-    with pytest.raises(BadInputError, match="being written by another run|not empty"):
+    with pytest.raises(BadInputError, match=r"being written by another run|not empty"):
         fs.claim_dir(root / "run")
     fs.release_dir(out)
     (root / "empty").mkdir()
