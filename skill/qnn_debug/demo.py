@@ -10,7 +10,6 @@ Re-running the demo replaces its own previous output in ``out`` and nothing else
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .progress import NULL_PROGRESS, Progress
-from .runstore import INPUTS_FILE, atomic_write_text, check_output_dir
+from .runstore import INPUTS_FILE, atomic_write_text, check_output_dir, remove_entries
 
 DEMO_FILE = "demo.json"
 MODEL_FILE = "model.onnx"
@@ -159,11 +158,6 @@ def _save(result: DemoResult) -> None:
 def _prepare(out: Path) -> Path:
     """Create ``out`` or clear a previous demo there; never touch a directory the demo did not write."""
     if check_output_dir(out, force=True, is_ours=lambda p: (p / DEMO_FILE).exists(), what="demo"):
-        for name in OWN_ENTRIES:
-            entry = out / name
-            if entry.is_dir():
-                shutil.rmtree(entry)
-            elif entry.exists():
-                entry.unlink()
+        remove_entries(out, OWN_ENTRIES)
     out.mkdir(parents=True, exist_ok=True)
     return out.resolve()

@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -203,6 +203,17 @@ def check_output_dir(out: Path, *, force: bool, is_ours: Callable[[Path], bool],
     if not is_ours(out):
         raise BadInputError(f"refusing to replace {out}: it does not look like a qnn-debug {what}", hint="choose a new --out")
     return True
+
+
+def remove_entries(out: Path, names: Iterable[str]) -> None:
+    """Delete the named entries of a previous result in ``out`` (after :func:`check_output_dir` said so),
+    and nothing else that lives there."""
+    for name in names:
+        entry = out / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        elif entry.exists() or entry.is_symlink():
+            entry.unlink()
 
 
 def prepare_run_dir(out_dir: str | os.PathLike[str], *, force: bool = False) -> Path:

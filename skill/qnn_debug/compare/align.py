@@ -200,28 +200,24 @@ def iter_chunks(ref_arr: np.ndarray, other_arr: np.ndarray, layout: Layout,
             yield o, r
 
 
-def tensor_path(run: Run, rec: TensorRecord) -> Path:
+def tensor_file(run: Run, rec: TensorRecord) -> str:
     """Where a tensor's bytes are; refuses records that point outside the run (edited run.json)."""
-    return Path(_tensor_file(str(run.dir), rec.file))
+    return _tensor_file(str(run.dir), rec.file)
 
 
 @functools.lru_cache(maxsize=1 << 14)
 def _tensor_file(run_dir: str, file: str) -> str:
-    """String form of :func:`tensor_path`, cached: the comparison asks twice per tensor (read-ahead, read)."""
+    """Cached: the comparison asks twice per tensor (read-ahead, then read)."""
     rel = Path(file)
     if rel.is_absolute() or ".." in rel.parts:
         raise BadInputError(f"run {run_dir} points outside itself ({file})", hint="the run.json was edited or corrupted")
     return os.path.join(run_dir, file)
 
 
-def _file_of(run: Run, rec: TensorRecord) -> str:
-    return _tensor_file(str(run.dir), rec.file)
-
-
 def prefetch_pair(reference: Run, other: Run, pair: Pair) -> None:
     """Let the kernel read the pair's files while the previous pair is being compared."""
-    prefetch(_file_of(reference, pair.ref))
-    prefetch(_file_of(other, pair.other))
+    prefetch(tensor_file(reference, pair.ref))
+    prefetch(tensor_file(other, pair.other))
 
 
 def pair_stats(reference: Run, other: Run, pair: Pair, *, atol: float, rtol: float,
@@ -233,8 +229,8 @@ def pair_stats(reference: Run, other: Run, pair: Pair, *, atol: float, rtol: flo
     """
     ws = ws or Workspace()
     stats = ErrorStats(atol=atol, rtol=rtol)
-    with (NpyStream(_file_of(reference, pair.ref), ws.buffers["reference"]) as ref_s,
-          NpyStream(_file_of(other, pair.other), ws.buffers["target"]) as other_s):
+    with (NpyStream(tensor_file(reference, pair.ref), ws.buffers["reference"]) as ref_s,
+          NpyStream(tensor_file(other, pair.other), ws.buffers["target"]) as other_s):
         if ref_s.npy.size != other_s.npy.size:
             raise BadInputError(f"tensor {pair.name!r}: the files hold {ref_s.npy.size} and {other_s.npy.size} elements",
                                 hint="a run.json does not match its tensor files; re-run the capture")

@@ -47,13 +47,6 @@ def observer(x: float | None) -> str:
     return f"{db_unit(x)} SQNR"
 
 
-def judged_against(floor_sqnr: float | None, cap_db: float, *, has_floor: bool = True) -> float:
-    """The SQNR a tensor's excess is measured from: its floor, capped at ``cap_db`` (as ``judge_tensor`` does)."""
-    if not has_floor or floor_sqnr is None:
-        return cap_db
-    return min(cap_db, floor_sqnr)
-
-
 def yardstick(floor_sqnr: float | None, cap_db: float, *, has_floor: bool = True, quantized: bool = False) -> str:
     """What an excess is measured from, in words, never presenting the cap as the floor's measurement."""
     if not has_floor:

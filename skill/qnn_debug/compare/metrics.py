@@ -145,10 +145,6 @@ class ErrorStats:
         if max_d > self.atol:  # otherwise no element can exceed atol + rtol*|r|
             self.n_outside += _count_outside(a, rr, self.atol, self.rtol, ws)
 
-    def update(self, t: np.ndarray, r: np.ndarray, ws: Workspace | None = None) -> None:
-        """Add one pair of flat float32 chunks (kept for callers that widened them already)."""
-        self.add(t, r, ws)
-
     @staticmethod
     def _operand(r: np.ndarray, ws: Workspace, slot: str, dtype: type) -> np.ndarray:
         if r.dtype == dtype:

@@ -64,12 +64,6 @@ def _parse(path: str | Path, head: bytes, read_more: Callable[[int], bytes], fil
     return npy
 
 
-def open_npy(path: Path) -> NpyFile:
-    """Parse the header of a ``.npy`` file (clear errors for missing or corrupt files)."""
-    with NpyStream(path) as stream:
-        return stream.npy
-
-
 class NpyStream:
     """One open ``.npy`` file: its header, then its data in sequential chunks read into a caller-owned
     buffer (the workspace's, reused for every tensor). The file is opened once for both."""

@@ -14,7 +14,6 @@ are the same for both targets.
 from __future__ import annotations
 
 import contextlib
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -163,11 +162,3 @@ def require_success(run: ModuleBasicRun) -> None:
                           hint="see the log in details; `qnn-debug triage` explains QNN error codes",
                           details={"log_tail": tail, "command": run.command})
 
-
-def copy_tree(src: Path, dst: Path) -> None:
-    """Directory copy used by the local executor and tests (dst must not exist)."""
-    if src.is_dir():
-        shutil.copytree(src, dst)
-    else:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dst)
