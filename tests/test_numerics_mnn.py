@@ -109,3 +109,47 @@ def test_ieee_fp16_producer_is_read_as_inf_only_when_asked(tmp_path: Path):
     bad = CliRunner().invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "dump"), "--fp16-codes", "x",
                                    "--json"])
     assert bad.exit_code == 2 and "htp or ieee" in bad.stdout
+
+
+_ROUND_TRIP = """
+import json, sys, _tools
+src, js, dst, index, name, scale = sys.argv[1:7]
+assert _tools.mnnconvert(["mnnconvert", "-f", "MNN", "--modelFile", src, "--JsonFile", js])
+net = json.load(open(js))
+net["extraTensorDescribe"] = [{"index": int(index), "name": name, "quantInfo": {"scale": float(scale), "zero": 0.0,
+                               "min": -128.0, "max": 127.0, "type": "DT_INT8"}}]
+json.dump(net, open(js, "w"))
+assert _tools.mnnconvert(["mnnconvert", "-f", "JSON", "--modelFile", js, "--MNNModel", dst, "--bizCode", "MNN"])
+"""
+
+
+def test_mnn_quant_attributes_make_an_npz_quantized_and_locate_the_clipping_encoding(tmp_path: Path):
+    """A .mnn whose Deconvolution output carries an int8 quant attribute (MNN's JSON round trip writes it): an .npz
+    of a run with that encoding is quantization at that tensor once the .mnn is given, fp16-judged without it."""
+    import subprocess
+    import sys
+
+    model = deconv_bn_relu_net(cin=4, cout=8, size=8, kernel=2)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    run_baseline(tmp_path / "m.onnx", tmp_path / "base", inputs=tmp_path / "in.npz")
+    mnn = _mnn_model(tmp_path / "base")
+    idx = read_mnn_model(mnn).tensor_index("up_relu")
+    ref = load_run(tmp_path / "base" / "reference")
+    span = float(np.abs(ref.array("up_relu")).max())
+    scale = span / 4 / 127  # the device encoding covers a quarter of the data's range
+    subprocess.run([sys.executable, "-c", _ROUND_TRIP, str(mnn), str(tmp_path / "q.json"), str(tmp_path / "q.mnn"),
+                    str(idx), "up_relu", repr(scale)], check=True, capture_output=True)
+    assert read_mnn_model(tmp_path / "q.mnn").quant[idx].scale == pytest.approx(scale, rel=1e-6)
+    values = {n: np.asarray(ref.array(n)) for n in ("x", "up", "up_bn")}
+    values["up_relu"] = (np.clip(np.round(ref.array("up_relu") / scale), -128, 127) * scale).astype(np.float32)
+    np.savez(tmp_path / "target.npz", **values)
+    r = compare_paths(tmp_path / "base", tmp_path / "target.npz", mnn_model=tmp_path / "q.mnn")
+    assert (r.verdict.kind, r.verdict.pattern) == ("quantization", "encoding_range"), r.verdict.summary
+    assert r.first_failing is not None and r.first_failing.tensor == "up_relu"
+    assert any(".mnn" in s for s in r.verdict.evidence["quantized_by"])
+    ev = r.verdict.evidence["encoding_range"]
+    assert ev["model_range"] is None or ev["model_range"][1] == pytest.approx(127 * scale, rel=1e-3)
+    plain = compare_paths(tmp_path / "base", tmp_path / "target.npz")
+    assert plain.verdict.kind != "quantization"

@@ -81,7 +81,8 @@ def compare_paths(reference: str | Path, target: str | Path, *, model: str | Pat
                                 fp16_codes=fp16_codes)
         onnx_model, model_path, note = resolve_model(side.reference, model)
         result = compare_runs(side, run, model=onnx_model, model_path=model_path, target_kind=kind,
-                              options=options, progress=progress, model_note=note)
+                              options=options, progress=progress, model_note=note,
+                              mnn_model=str(guess) if guess else None)
         result.target = str(target)
         result.next_steps = next_steps(result)  # its commands name the target as the user gave it
         if report is not None:
@@ -154,8 +155,10 @@ def resolve_model(reference: Run, model: str | Path | None) -> tuple[Any, str | 
 
 def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_path: str | None = None,
                  target_kind: str = "run", options: CompareOptions | None = None,
-                 progress: Progress = NULL_PROGRESS, model_note: str | None = None) -> CompareResult:
-    """The comparison itself, on loaded runs; ``model`` (an ONNX ModelProto) enables local re-runs."""
+                 progress: Progress = NULL_PROGRESS, model_note: str | None = None,
+                 mnn_model: str | None = None) -> CompareResult:
+    """The comparison itself, on loaded runs; ``model`` (an ONNX ModelProto) enables local re-runs;
+    ``mnn_model`` (the target's .mnn) is read for quant attributes."""
     t_start = time.monotonic()
     opts = options or CompareOptions()
     th = opts.thresholds
@@ -184,7 +187,7 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
             advance()
     rows = first_observations(all_rows)  # reference name -> the row localisation uses
 
-    detection = detect_quantization(target, all_rows, model)
+    detection = detect_quantization(target, all_rows, model, mnn_model=mnn_model)
     quantized = target.record.precision == "quantized" or any(r.quantized for r in all_rows) or detection.quantized
     zeroed, mismatches, input_warnings = _check_inputs(ref, target, alignment.pairs, all_rows, th,
                                                        backend=target_kind == "mnn-dump")

@@ -99,7 +99,7 @@ def _mnn_encodings(path: str) -> dict[str, Encoding]:
     return out
 
 
-def detect(target: Run, rows: list[TensorRow], model: Any = None) -> QuantDetection:
+def detect(target: Run, rows: list[TensorRow], model: Any = None, *, mnn_model: str | None = None) -> QuantDetection:
     """Quantized when the target's own dtypes say so, or the ONNX model has QDQ nodes, or the target's .mnn
     has quant attributes; ``sources`` says which, in words."""
     sources: list[str] = []
@@ -113,10 +113,11 @@ def detect(target: Run, rows: list[TensorRow], model: Any = None) -> QuantDetect
             encodings.update(onnx_encodings(model))
             sources.append(f"the ONNX model ({len(qdq)} QuantizeLinear/DequantizeLinear nodes)")
     info = target.record.model
-    if info is not None and info.format == "mnn" and info.path:
+    path = info.path if info is not None and info.format == "mnn" and info.path else mnn_model
+    if path:
         try:
-            mnn = _mnn_encodings(info.path)
-        except Exception:  # an unreadable .mnn is reported by the importer already
+            mnn = _mnn_encodings(path)
+        except Exception:  # an unreadable .mnn is reported where it is opened
             mnn = {}
         if mnn:
             encodings.update(mnn)
