@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from . import fs
 from .compare.schema import CompareResult
 from .errors import BadInputError
+from .localise.fallback import FallbackReport
 from .mnn.soc import DEFAULT_SOC
 from .progress import NULL_PROGRESS, Progress
 from .targets import Precision
@@ -44,8 +45,10 @@ class DiagnoseResult(BaseModel):
     report_dir: str
     baseline_trusted: bool | None = None
     baseline_sentence: str | None = None
-    compare: CompareResult
+    compare: CompareResult | None = None  # None when bisection produced the verdict (see ``fallback.bisect``)
     timings: dict[str, float] = Field(default_factory=dict)
+    method: str = "full_dump"  # full_dump | chunked_dump | bisect: what produced the verdict
+    fallback: FallbackReport | None = None  # why the full dump was not used, and what was done instead
 
 
 def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inputs: str | os.PathLike[str] | None = None,
@@ -88,15 +91,31 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
         dump_error = dump_future.exception()
     if base_error is not None:
         raise base_error
+    from .localise import fallback as fb
+
+    reason = None
     if dump_error is not None:
-        raise dump_error
+        if target != "htp-sim" or not fb.marking_broke(dump_error):
+            raise dump_error
+        reason = f"the all-tensor graph did not build: {getattr(dump_error, 'message', dump_error)}"
     baseline = base_future.result()
-    result = timed("compare", compare_paths, out_dir / BASELINE_DIR, run_dir, report_dir=out_dir / REPORT_DIR,
-                   progress=progress)
+    if reason is None and target == "htp-sim":
+        from .runstore import load_run
+
+        reason = fb.observer_lie(load_run(run_dir), out_dir / BASELINE_DIR)
+    report: FallbackReport | None = None
+    if reason is None:
+        result: CompareResult | None = timed("compare", compare_paths, out_dir / BASELINE_DIR, run_dir,
+                                             report_dir=out_dir / REPORT_DIR, progress=progress)
+    else:
+        result, report = timed("fallback", fb.localise_without_full_dump, model_path, base_model, out_dir,
+                               out_dir / BASELINE_DIR, inputs_path, reason, soc_model=soc_model, htp_arch=htp_arch,
+                               options=target_options or {}, timeout=timeout, force=force, progress=progress)
     timings["total_s"] = round(time.monotonic() - started, 3)
     return DiagnoseResult(out=str(out_dir), baseline=str(out_dir / BASELINE_DIR), target_run=str(run_dir),
                           report_dir=str(out_dir / REPORT_DIR), baseline_trusted=baseline.report.trusted,
-                          baseline_sentence=baseline.report.sentence, compare=result, timings=timings)
+                          baseline_sentence=baseline.report.sentence, compare=result, timings=timings,
+                          method=report.method if report else "full_dump", fallback=report)
 
 
 def _warm_imports() -> None:

@@ -187,7 +187,14 @@ def summarize_compare(r: dict[str, Any]) -> str:
 
 def summarize_diagnose(r: dict[str, Any]) -> str:
     trust = "trusted" if r.get("baseline_trusted") else "NOT trusted"
-    return f"{summarize_compare(r.get('compare') or {})} Baseline {trust}; runs in {r.get('out')}."
+    fallback = r.get("fallback") or {}
+    head = ""
+    if fallback:
+        head = f"Verdict from {r.get('method')} (the full dump was not used: {fallback.get('full_dump_not_used')}). "
+    bisect = fallback.get("bisect")
+    body = summarize_compare(r["compare"]) if r.get("compare") else (
+        f"verdict {bisect.get('verdict')}: {bisect.get('summary')}" if bisect else "no verdict")
+    return f"{head}{body} Baseline {trust}; runs in {r.get('out')}."
 
 
 def register_compare(server: MCPServer) -> None:
@@ -273,7 +280,7 @@ def register_compare(server: MCPServer) -> None:
                            exec_ws=exec_workspace(ctx))
 
         def trim(r: dict[str, Any]) -> dict[str, Any]:
-            return {**r, "compare": top_rows(r.get("compare") or {}, top)}
+            return {**r, "compare": top_rows(r["compare"], top) if r.get("compare") else None}
 
         cmd += engine_roots(ctx, ws)
         return await run_long(ctx, tool="diagnose", title=f"diagnose of {model_path.name} on {target}", command=cmd,

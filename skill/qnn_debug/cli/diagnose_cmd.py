@@ -58,7 +58,18 @@ def diagnose(
         typer.echo(f"diagnosis of {model.name} in {result.out}")
         if result.baseline_sentence:
             typer.echo(f"baseline: {result.baseline_sentence}")
-        print_summary(result.compare)
+        if result.fallback is not None:
+            typer.echo(f"the full dump was not used: {result.fallback.full_dump_not_used}")
+            for attempt in result.fallback.attempts:
+                typer.echo(f"  {attempt}")
+            typer.echo(f"verdict from: {result.method}")
+        if result.compare is not None:
+            print_summary(result.compare)
+        elif result.fallback is not None and result.fallback.bisect is not None:
+            b = result.fallback.bisect
+            typer.echo(f"verdict {b.verdict}: {b.summary}")
+            for step in b.next_steps:
+                typer.echo(f"next: {step}")
         t = result.timings
         typer.echo(f"time: baseline {t.get('baseline_s')} s, {target} {t.get('dump_s')} s (side by side), "
                    f"compare {t.get('compare_s')} s, total {t.get('total_s')} s")

@@ -35,6 +35,7 @@ from .cut import CutPoint, cut_points, truncate
 from .probe import Probe, first_bad, judge, summarise
 
 FP16_MAX = 65504.0
+SENTINEL = 1e30  # |x| at or above this is a -inf/+inf stand-in (masks), not a value
 RESULT_FILE = "bisect.json"
 BASELINE_DIR = "baseline"
 WORKER = "qnn_debug.workers.sim_probe_worker"
@@ -253,21 +254,25 @@ def worst_short(result: BisectResult, th: Thresholds) -> bool:
 
 
 def fp16_range(reference: Run) -> RangeFinding | None:
-    """The first tensor (execution order) whose reference has |x| > 65504, where fp16 storage saturates."""
+    """The first tensor (execution order) whose reference has fp16-overflowing values (65504 < |x| < 1e30).
+
+    Larger magnitudes are "minus infinity" fill values (attention masks use -3.4e38): saturating them
+    changes nothing downstream, so they are not a range problem.
+    """
     for rec in reference.iter_in_order():
         if rec.kind == "input":
             continue
-        arr = np.asarray(reference.array(rec.name))
-        if not arr.size or arr.dtype.kind != "f":
+        arr = np.abs(np.asarray(reference.array(rec.name), dtype=np.float64))
+        if not arr.size:
             continue
-        finite = arr[np.isfinite(arr)] if not np.isfinite(arr).all() else arr
-        peak = float(np.abs(finite).max()) if finite.size else 0.0
-        if peak > FP16_MAX:
+        over = (arr > FP16_MAX) & (arr < SENTINEL)
+        if over.any():
+            peak = float(arr[over].max())
             return RangeFinding(tensor=rec.name, op=rec.op, op_type=rec.op_type, position=rec.position,
                                 max_abs_ref=peak,
-                                note=f"{rec.name!r} ({rec.op_type} {rec.op}) reaches |x| = {peak:.4g} > 65504 in fp32; "
-                                     "HTP fp16 saturates there (at 131008, no inf), so everything after it carries "
-                                     "range error, not an op bug")
+                                note=f"{rec.name!r} ({rec.op_type} {rec.op}) reaches |x| = {peak:.4g} > 65504 in fp32 "
+                                     f"({int(over.sum())} values); HTP fp16 saturates there (at 131008, no inf), so "
+                                     "what follows carries range error, not an op bug")
     return None
 
 

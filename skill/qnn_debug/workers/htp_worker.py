@@ -23,11 +23,14 @@ import time
 from typing import Any
 
 from ..compare.metrics import SQNR_CAP_DB
+from ..errors import QnnDebugError
 from ..progress import Progress
 from ..runstore import RunRecord, RunWriter
 
 # SQNR reported for bit-identical outputs (the true value is +inf, which JSON cannot hold).
 IDENTICAL_DB = SQNR_CAP_DB
+# ``details["stage"]`` of an error raised while building the marked graph (``diagnose`` falls back on it).
+MARKED_STAGE = "marked_session"
 
 
 def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
@@ -75,7 +78,12 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
                         message=f"htp-sim: building the QNN graph with {len(marked_names) + len(points)} marked tensors"):
         t0 = time.monotonic()
         marked = mark_for_capture(model, direct, points, views=views)
-        info = qnn_ep.create_session(serialize(marked), options, disabled_optimizers=disabled)
+        try:
+            info = qnn_ep.create_session(serialize(marked), options, disabled_optimizers=disabled)
+        except QnnDebugError as e:  # the unmarked graph built: say it is the marking that broke it
+            e.details = {**e.details, "stage": MARKED_STAGE, "unmarked_ok": True}
+            e.message = f"the marked (all-tensor) graph failed; the unmarked one built: {e.message}"
+            raise
         timings["create_marked_s"] = time.monotonic() - t0
     wanted = [o.name for o in info.session.get_outputs()]
     with progress.stage("htp-sim: marked run", total=None, message="htp-sim: running the mark-all model"):

@@ -4,7 +4,9 @@ Two jobs, both without marking anything (so no observer effect):
 - ``bisect``: the whole search runs here (each probe needs the previous probe's answer, and a fresh
   process per probe would cost more than the probe): truncate the model at a cut, run it, judge the
   frontier against the baseline's reference and floor, narrow, repeat;
-- ``batch``: run each of several models (e.g. decoder blocks) on its own inputs and save its outputs.
+- ``batch``: run each of several models (e.g. decoder blocks) on its own inputs and save its outputs;
+- ``chunked``: the unmarked model, then one session per chunk of tensors, each marking only that chunk
+  (a run directory like a dump's; each chunk's outputs are checked against the unmarked run).
 
 All sessions share the options, so sharing the process's QNN backend is harmless.
 """
@@ -21,6 +23,8 @@ from ..progress import Progress
 def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     if request["job"] == "bisect":
         return _bisect(request, progress)
+    if request["job"] == "chunked":
+        return _chunked(request, progress)
     return _batch(request, progress)
 
 
@@ -100,3 +104,79 @@ def _batch(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
             results.append({"out_npz": job["out_npz"], "seconds": round(time.monotonic() - t0, 3)})
             advance()
     return {"results": results}
+
+
+def _chunked(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
+    import numpy as np
+    import onnx
+
+    from ..errors import QnnDebugError
+    from ..runstore import RunRecord, RunWriter
+    from ..targets.onnx_capture import capture_plan, mark_for_capture, write_plan
+    from .htp_worker import _observer_effect
+
+    model = onnx.load(request["model"])
+    feeds = dict(np.load(request["inputs_npz"], allow_pickle=False))
+    outputs = [o.name for o in model.graph.output]
+    groups: list[list[str]] = request["groups"]
+    plain = _session(model, request)
+    unmarked = dict(zip(outputs, _run(plain.session, outputs, feeds), strict=True))
+    del plain
+    values: dict[str, Any] = {}
+    chunks: list[dict[str, Any]] = []
+    signature = _signatures(model)
+    unmarkable: list[str] = []
+    bad_kinds: set[tuple[str, ...]] = set()
+
+    def capture(names: list[str], index: int) -> None:
+        """Mark ``names`` in one session; when the graph does not build, split in halves until the tensors
+        that break it stand alone; they are skipped, and so is every later tensor made the same way."""
+        names = [n for n in names if signature.get(n) not in bad_kinds]
+        if not names:
+            return
+        t0 = time.monotonic()
+        try:
+            info = _session(mark_for_capture(model, names, []), request)
+        except QnnDebugError:
+            if len(names) == 1:
+                unmarkable.append(names[0])
+                bad_kinds.add(signature.get(names[0], (names[0],)))
+                return
+            half = len(names) // 2
+            capture(names[:half], index)
+            capture(names[half:], index)
+            return
+        wanted = [o.name for o in info.session.get_outputs()]
+        got = dict(zip(wanted, _run(info.session, wanted, feeds), strict=True))
+        del info
+        chunks.append({"index": index, "tensors": len(names), "first": names[0], "last": names[-1],
+                       "seconds": round(time.monotonic() - t0, 3),
+                       "observer_effect_db": {n: _observer_effect(got[n], unmarked[n])[0] for n in outputs}})
+        values.update({n: got[n] for n in names if n in got and n not in unmarked})
+
+    with progress.stage("htp-sim: chunks", total=len(groups), message="htp-sim: marked sessions, one chunk each") as advance:
+        for i, names in enumerate(groups):
+            capture(names, i)
+            advance()
+    values.update(unmarked)
+    record = RunRecord.model_validate(request["record"])
+    record.observer_effect_db = {n: min(c["observer_effect_db"][n] for c in chunks) if chunks else 200.0
+                                 for n in outputs}
+    record.extra.update({"provider_options": request["options"], "capture": {"dtype": "float32", "method": "chunked"},
+                         "chunks": chunks, "unmarkable": unmarkable})
+    if unmarkable:
+        record.warnings.append(f"{len(unmarkable)} tensor(s) break the graph when marked and were not captured "
+                               f"(their ops are judged through their consumers): {', '.join(unmarkable[:6])}")
+    writer = RunWriter(request["out"], record, force=bool(request.get("force")))
+    missing = write_plan(writer, capture_plan(model), values, feeds)
+    if missing:
+        record.warnings.append(f"{len(missing)} tensor(s) were in no chunk: {', '.join(missing[:10])}")
+    writer.finish()
+    return {"tensors": len(record.tensors), "chunks": len(chunks)}
+
+
+def _signatures(model: Any) -> dict[str, tuple[str, ...]]:
+    """Tensor -> (op type, op types of the ops feeding it): how the tensor is made, for "same kind" skips."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    return {o: (n.op_type, *(producer[i].op_type if i in producer else "-" for i in n.input))
+            for n in model.graph.node for o in n.output}

@@ -1,0 +1,118 @@
+"""A dump that lies must not produce a verdict: detect it, and localise another way.
+
+The all-tensor run is not trusted when
+- the marked graph did not finalise while the unmarked one did (QNN 1002 / MEM_ALLOC on the
+  simulator), or
+- its final outputs differ from the unmarked run's by more than fp16 noise explains: the observer
+  effect SQNR is below the floor's own SQNR at that output (capped at the fp16 level) by more than the
+  verdict's ``excess_ok_db``. The per-layer numbers then describe another graph than the one shipped.
+
+Then, in order: marking in chunks (one decoder layer per marked session; every chunk's outputs checked
+against the unmarked run), and if a chunk fails or lies too, bisection (unmarked truncated models only).
+The result says which method produced the verdict and why the full dump was not used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ..compare.thresholds import Thresholds
+from ..errors import QnnDebugError
+from ..progress import NULL_PROGRESS, Progress
+from ..workers.htp_worker import MARKED_STAGE
+
+if TYPE_CHECKING:
+    from ..compare.schema import CompareResult
+    from ..runstore import Run
+    from .bisect import BisectResult
+
+Method = Literal["full_dump", "chunked_dump", "bisect"]
+CHUNKED_DIR, BISECT_DIR = "htp-sim-chunked", "bisect"
+
+
+class FallbackReport(BaseModel):
+    """Why the full dump was not used, what was tried instead, and which method gave the verdict."""
+
+    method: Method
+    full_dump_not_used: str
+    attempts: list[str] = Field(default_factory=list)
+    bisect: BisectResult | None = None
+
+
+def marking_broke(error: BaseException) -> bool:
+    """The all-tensor graph failed where the unmarked one built (the htp-sim worker tags the error)."""
+    return isinstance(error, QnnDebugError) and error.details.get("stage") == MARKED_STAGE
+
+
+def observer_lie(run: Run, baseline_dir: Path, th: Thresholds | None = None) -> str | None:
+    """Why the marked run's outputs cannot be trusted, or None when marking left them as fp16 noise leaves them."""
+    from ..baseline import load_baseline
+    from ..compare.metrics import error_stats, metric_values
+
+    th = th or Thresholds()
+    effect = run.record.observer_effect_db or {}
+    if not effect:
+        return None
+    base = load_baseline(baseline_dir)
+    worst: tuple[float, str, float] | None = None
+    for name, db in effect.items():
+        floor_db = th.floor_cap_db
+        if base.floor is not None and base.floor.has(name) and base.reference.has(name):
+            got = metric_values(error_stats(np.asarray(base.floor.array(name)), np.asarray(base.reference.array(name))))
+            floor_db = min(floor_db, float(got.get("sqnr_db") or th.floor_cap_db))
+        limit = floor_db - th.excess_ok_db
+        if db < limit and (worst is None or limit - db > worst[2]):
+            worst = (db, name, limit - db)
+    if worst is None:
+        return None
+    db, name, short = worst
+    return (f"marking every tensor changed the result: the marked run's {name!r} agrees with the unmarked run to "
+            f"only {db:.1f} dB SQNR, {short:.1f} dB worse than fp16 noise explains (the fp16 floor at that output, "
+            f"less {th.excess_ok_db:g} dB); per-tensor errors of the marked graph would describe another graph")
+
+
+def localise_without_full_dump(model: Path, reference_model: Path, out: Path, baseline_dir: Path, inputs: Path,
+                               reason: str, *, soc_model: int, htp_arch: int | None, options: dict[str, str],
+                               timeout: float, force: bool,
+                               progress: Progress = NULL_PROGRESS) -> tuple[CompareResult | None, FallbackReport]:
+    """Chunked marking first; bisection when a chunk fails to build or changes the outputs too."""
+    from ..compare.engine import compare_paths
+    from .bisect import BisectRequest, run_bisect
+    from .chunked import run_chunked_dump
+
+    report = FallbackReport(method="chunked_dump", full_dump_not_used=reason)
+    try:
+        run = run_chunked_dump(model, out / CHUNKED_DIR, inputs=inputs, soc_model=soc_model, htp_arch=htp_arch,
+                               options=options, force=force, timeout=timeout, progress=progress)
+        lie = observer_lie(run, baseline_dir)
+        chunks = len(run.record.extra.get("chunks") or [])
+        if lie is None:
+            report.attempts.append(f"chunked marking: {chunks} marked sessions, each agreeing with the unmarked run")
+            result = compare_paths(baseline_dir, run.dir, report_dir=out / "report", progress=progress)
+            note = f"from marking in {chunks} chunks (the full dump was not used: {reason})"
+            result.verdict.summary = f"{result.verdict.summary} [{note}]"
+            result.verdict.evidence["method"] = "chunked_dump"
+            result.verdict.evidence["full_dump_not_used"] = reason
+            return result, report
+        report.attempts.append(f"chunked marking: {lie.replace('marking every tensor', 'marking one chunk')}")
+    except QnnDebugError as e:
+        report.attempts.append(f"chunked marking failed: {e.message}")
+    report.method = "bisect"
+    report.bisect = run_bisect(BisectRequest(model=model, reference_model=reference_model, out=out / BISECT_DIR,
+                                             baseline=baseline_dir, soc_model=soc_model, htp_arch=htp_arch,
+                                             options=options, timeout=timeout, force=force), progress)
+    report.bisect.summary = f"{report.bisect.summary} [from bisection (the full dump was not used: {reason})]"
+    return None, report
+
+
+def _rebuild() -> None:
+    from .bisect import BisectResult  # noqa: F401  (resolves the forward reference)
+
+    FallbackReport.model_rebuild()
+
+
+_rebuild()
