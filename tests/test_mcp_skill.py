@@ -137,4 +137,4 @@ def assert_server_installs_from(folder: Path, tmp: Path) -> None:
         return len(tools.tools), readme.contents[0].text  # type: ignore[union-attr]
 
     count, readme = anyio.run(ask)
-    assert count == 16 and readme.startswith("# Playbooks")
+    assert count == 17 and readme.startswith("# Playbooks")

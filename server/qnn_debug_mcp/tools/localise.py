@@ -1,11 +1,11 @@
-"""Localisation tools for when one all-tensor dump is impossible or untrustworthy: ``bisect``.
+"""Localisation tools for when one all-tensor dump is impossible or untrustworthy: ``bisect``, ``localise_blocks``.
 
 They run the engine CLI as a child process through the shared inline/job policy, like ``diagnose``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
@@ -17,7 +17,7 @@ from ..calls import app_state, new_output, tool, workspace
 from ..long_runs import run_long
 from ..models import LongToolAnswer
 from ..target_options import Serial, TargetOptions, option_args
-from .analysis import WRITES_RUNS_MAYBE_DEVICE, Arch, Seed, Shapes, Soc, Target, shape_args
+from .analysis import WRITES_RUNS, WRITES_RUNS_MAYBE_DEVICE, Arch, Seed, Shapes, Soc, Target, shape_args
 
 ReferenceModel = Annotated[str | None, Field(default=None, max_length=4096,
                                              description="The model the CPU reference runs (default: `model`); give "
@@ -34,6 +34,11 @@ def summarize_bisect(r: dict[str, Any]) -> str:
 
 
 def register(server: MCPServer) -> None:
+    register_bisect(server)
+    register_blocks(server)
+
+
+def register_bisect(server: MCPServer) -> None:
     @tool(server, title="Bisect to the first failing op (no dump needed)", annotations=WRITES_RUNS_MAYBE_DEVICE)
     async def bisect(
         model: PathArg,
@@ -78,3 +83,45 @@ def register(server: MCPServer) -> None:
         cmd += option_args(options, ws, serial=serial, adb=app_state(ctx).config.adb, target=target)
         return await run_long(ctx, tool="bisect", title=f"bisect of {model_path.name} on {target}", command=cmd,
                               background=background, auto_background=True, summarize=summarize_bisect)
+
+
+def summarize_blocks(r: dict[str, Any]) -> str:
+    return f"verdict {r.get('verdict')}: {r.get('summary', '')} Results in {r.get('out')}."
+
+
+def register_blocks(server: MCPServer) -> None:
+    @tool(server, title="Localise the failing decoder block of an LLM", annotations=WRITES_RUNS)
+    async def localise_blocks(
+        model: PathArg,
+        ctx: Context,
+        roots: ClientRoots,
+        out: OutPath = None,
+        reference_model: ReferenceModel = None,
+        inputs: InputsOrTestDir = None,
+        layers_per_block: Annotated[int, Field(ge=1, le=64, description="decoder layers cut out together")] = 1,
+        inner: Annotated[Literal["diagnose", "bisect", "none"], Field(
+            description="inside the first failing block: diagnose (dump + compare), bisect, or none")] = "diagnose",
+        soc: Soc = 69,
+        arch: Arch = None,
+        shapes: Shapes = None,
+        seed: Seed = 0,
+        background: Background = None,
+    ) -> Annotated[CallToolResult, LongToolAnswer]:
+        """For LLM exports (node names with /layers.N/, e.g. llmexport's onnx/llm.onnx at the fixed
+        prefill shape): cuts every decoder block out as a standalone graph, feeds it the hidden
+        state the CPU reference computes at its input, runs each on the HTP simulator and judges
+        its outputs against the block's own fp16 floor; then finds the first failing op inside the
+        first bad block (`inner`). Returns every block's worst excess, `first_failing_block`,
+        `first_failing` (op inside it) and the first tensor beyond the fp16 range."""
+        ws = workspace(ctx, roots)
+        model_path = ws.resolve(model, what="model", kind="file")
+        run_dir = new_output(ctx, ws, out, group=model_path.stem, leaf="blocks")
+        cmd = ["localise-blocks", str(model_path), "--out", str(run_dir), "--soc", str(soc), "--seed", str(seed),
+               "--layers-per-block", str(layers_per_block), "--inner", inner, *shape_args(shapes)]
+        if arch is not None:
+            cmd += ["--arch", str(arch)]
+        for flag, value, kind in (("--reference-model", reference_model, "file"), ("--inputs", inputs, "any")):
+            if value:
+                cmd += [flag, str(ws.resolve(value, what=flag[2:], kind=kind))]  # type: ignore[arg-type]
+        return await run_long(ctx, tool="localise_blocks", title=f"block localisation of {model_path.name}",
+                              command=cmd, background=background, auto_background=True, summarize=summarize_blocks)

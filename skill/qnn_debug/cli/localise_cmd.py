@@ -65,3 +65,48 @@ def bisect(
             typer.echo(f"next: {step}")
 
     emit(result, json_out, human)
+
+
+@app.command("localise-blocks")
+def localise_blocks(
+    model: Path = typer.Argument(..., help="The decoder's .onnx (node names carry /layers.N/), e.g. llmexport's onnx/llm.onnx."),
+    out: Path = typer.Option(None, "--out", help="Output directory (default: qnn-debug-runs/MODEL/blocks)."),
+    reference_model: Path = REFERENCE_MODEL_OPTION,
+    inputs: Path = INPUTS_OR_TESTDIR_OPTION,
+    shape: list[str] = SHAPE_OPTION,
+    seed: int = SEED_OPTION,
+    layers_per_block: int = typer.Option(1, "--layers-per-block", help="Decoder layers cut out together."),
+    inner: str = typer.Option("diagnose", "--inner",
+                              help="Inside the first failing block: diagnose (dump + compare), bisect, or none."),
+    soc: int = SOC_OPTION,
+    arch: int = ARCH_OPTION,
+    option: list[str] = TARGET_OPTIONS_OPTION,
+    timeout: float = TIMEOUT_OPTION,
+    force: bool = FORCE_OPTION,
+    json_out: bool = JSON_OPTION,
+) -> None:
+    """Run each decoder block alone on the reference hidden state (htp-sim), then find the first failing op inside the first bad block."""
+    from ..inputs import parse_shape_args
+    from ..localise.blocks import BlockRequest, run_blocks
+
+    try:
+        if inner not in ("diagnose", "bisect", "none"):
+            raise BadInputError(f"unknown --inner {inner!r}", hint="use diagnose, bisect or none")
+        request = BlockRequest(model=model, out=out or default_out(model, "blocks"), reference_model=reference_model,
+                               inputs=inputs, shapes=parse_shape_args(shape), seed=seed,
+                               layers_per_block=layers_per_block, inner=inner,
+                               soc_model=soc, htp_arch=arch, options=parse_options(option), force=force, timeout=timeout)
+        with cli_progress() as progress:
+            result = run_blocks(request, progress)
+    except QnnDebugError as e:
+        fail(e, json_out)
+
+    def human() -> None:
+        typer.echo(f"block localisation of {model.name} in {result.out}")
+        for b in result.blocks:
+            w = b.worst
+            where = f"layer {b.first}" if b.first == b.last else f"layers {b.first}..{b.last}"
+            typer.echo(f"  {where:<14} {'BAD ' if b.bad else 'good'} worst excess {w.excess_db if w else None} dB")
+        typer.echo(f"verdict {result.verdict}: {result.summary}")
+
+    emit(result, json_out, human)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -254,23 +255,26 @@ def worst_short(result: BisectResult, th: Thresholds) -> bool:
 
 
 def fp16_range(reference: Run) -> RangeFinding | None:
-    """The first tensor (execution order) whose reference has fp16-overflowing values (65504 < |x| < 1e30).
+    """The first tensor (execution order) whose reference has fp16-overflowing values; see :func:`first_out_of_range`."""
+    return first_out_of_range((rec.name, rec.op, rec.op_type, rec.position, reference.array(rec.name))
+                              for rec in reference.iter_in_order() if rec.kind != "input")
+
+
+def first_out_of_range(items: Iterable[tuple[str, str | None, str | None, int, np.ndarray]]) -> RangeFinding | None:
+    """The first (name, op, op type, position, reference value) holding 65504 < |x| < 1e30.
 
     Larger magnitudes are "minus infinity" fill values (attention masks use -3.4e38): saturating them
     changes nothing downstream, so they are not a range problem.
     """
-    for rec in reference.iter_in_order():
-        if rec.kind == "input":
-            continue
-        arr = np.abs(np.asarray(reference.array(rec.name), dtype=np.float64))
+    for name, op, op_type, position, value in items:
+        arr = np.abs(np.asarray(value, dtype=np.float64))
         if not arr.size:
             continue
         over = (arr > FP16_MAX) & (arr < SENTINEL)
         if over.any():
             peak = float(arr[over].max())
-            return RangeFinding(tensor=rec.name, op=rec.op, op_type=rec.op_type, position=rec.position,
-                                max_abs_ref=peak,
-                                note=f"{rec.name!r} ({rec.op_type} {rec.op}) reaches |x| = {peak:.4g} > 65504 in fp32 "
+            return RangeFinding(tensor=name, op=op, op_type=op_type, position=position, max_abs_ref=peak,
+                                note=f"{name!r} ({op_type} {op}) reaches |x| = {peak:.4g} > 65504 in fp32 "
                                      f"({int(over.sum())} values); HTP fp16 saturates there (at 131008, no inf), so "
                                      "what follows carries range error, not an op bug")
     return None

@@ -4,7 +4,8 @@ Two jobs, both without marking anything (so no observer effect):
 - ``bisect``: the whole search runs here (each probe needs the previous probe's answer, and a fresh
   process per probe would cost more than the probe): truncate the model at a cut, run it, judge the
   frontier against the baseline's reference and floor, narrow, repeat;
-- ``batch``: run each of several models (e.g. decoder blocks) on its own inputs and save its outputs;
+- ``blocks``: every decoder block side by side in one session on reference inputs, then every op of the
+  first bad block side by side (see :mod:`qnn_debug.localise.side_by_side`), each judged against the floor;
 - ``chunked``: the unmarked model, then one session per chunk of tensors, each marking only that chunk
   (a run directory like a dump's; each chunk's outputs are checked against the unmarked run).
 
@@ -14,7 +15,6 @@ All sessions share the options, so sharing the process's QNN backend is harmless
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from ..progress import Progress
@@ -25,7 +25,7 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
         return _bisect(request, progress)
     if request["job"] == "chunked":
         return _chunked(request, progress)
-    return _batch(request, progress)
+    return _blocks(request, progress)
 
 
 def _session(model: Any, request: dict[str, Any]) -> Any:
@@ -85,25 +85,49 @@ def _bisect(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     return {"first": first, "probes": [p.model_dump(mode="json") for p in probes]}
 
 
-def _batch(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
+def _blocks(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
+    """Stage 1: every block side by side; stage 2: every op of the first bad block side by side."""
+    from ..compare.thresholds import Thresholds
+
+    th = Thresholds.model_validate(request.get("thresholds") or {})
+    answer: dict[str, Any] = {}
+    t0 = time.monotonic()
+    with progress.stage("htp-sim: blocks", total=None, message="htp-sim: every block on the reference hidden state"):
+        answer["blocks"] = _judge_pieces(request["blocks"], request, th)
+    answer["blocks_s"] = round(time.monotonic() - t0, 3)
+    bad = next((i for i, piece in enumerate(answer["blocks"]) if any(t["status"] == "bad" for t in piece)), None)
+    answer["first_bad_block"] = bad
+    ops = request.get("ops") or []
+    if bad is not None and bad < len(ops) and ops[bad]:
+        with progress.stage("htp-sim: ops", total=None, message="htp-sim: every op of the bad block on reference inputs"):
+            t0 = time.monotonic()
+            answer["ops"] = _judge_pieces(ops[bad], request, th)
+            answer["ops_s"] = round(time.monotonic() - t0, 3)
+    return answer
+
+
+def _judge_pieces(stage: dict[str, Any], request: dict[str, Any], th: Any) -> list[list[dict[str, Any]]]:
+    """Run one side-by-side model; judge each piece's outputs (reference and floor arrays by renamed name)."""
     import numpy as np
     import onnx
 
-    results = []
-    jobs = request["models"]
-    with progress.stage("htp-sim: blocks", total=len(jobs), message="htp-sim: running blocks") as advance:
-        for job in jobs:
-            t0 = time.monotonic()
-            model = onnx.load(job["model"])
-            feeds = dict(np.load(job["inputs_npz"], allow_pickle=False))
-            names = [o.name for o in model.graph.output]
-            info = _session(model, request)
-            values = _run(info.session, names, feeds)
-            del info
-            np.savez(Path(job["out_npz"]), **dict(zip(names, values, strict=True)))
-            results.append({"out_npz": job["out_npz"], "seconds": round(time.monotonic() - t0, 3)})
-            advance()
-    return {"results": results}
+    from ..localise.probe import judge
+
+    model = onnx.load(stage["model"])
+    feeds = dict(np.load(stage["feeds"], allow_pickle=False))
+    ref = np.load(stage["reference"], allow_pickle=False)
+    floor = np.load(stage["floor"], allow_pickle=False)
+    names = [o.name for o in model.graph.output]
+    info = _session(model, request)
+    got = dict(zip(names, _run(info.session, names, feeds), strict=True))
+    del info
+    keys = stage["keys"]
+    judged = []
+    for piece in stage["pieces"]:
+        judged.append([judge(orig, got[new], ref[keys[new]], floor[keys[new]] if keys[new] in floor.files else None,
+                             piece["op_types"].get(orig), th).model_dump(mode="json")
+                       for orig, new in piece["outputs"].items()])
+    return judged
 
 
 def _chunked(request: dict[str, Any], progress: Progress) -> dict[str, Any]:

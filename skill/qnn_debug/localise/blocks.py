@@ -1,0 +1,333 @@
+"""Block localisation: run each decoder block alone, fed the CPU reference's hidden state, then diagnose one.
+
+Why it is fast and sound: a block fed the *reference* values of everything it reads (hidden state,
+rotary cos/sin, attention mask) can only go wrong through its own ops, so every block is judged on its
+own — no error inherited from upstream, and each session is a fraction of the model. The first bad block
+(its outputs beyond the fp16 floor by the jump gate; the floor is the block's own fp16 floor on the same
+inputs) then gets the ordinary baseline → dump → compare (``diagnose``, which itself refuses a dump that
+lies), and its first failing op is the model's.
+
+The prefill shape is fixed by the inputs (``chunk_size`` tokens: ``input_ids`` ``[chunk, 1, hidden]``).
+On a phone the same block ``.onnx`` files can be converted and dumped with MNN2QNNModel
+``--dump_intermediate_outputs`` (``qnn-debug diagnose`` on the block with ``--target device``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ..compare.thresholds import Thresholds
+from ..errors import BadInputError
+from ..progress import NULL_PROGRESS, Progress
+from ..runstore import atomic_write_text, check_output_dir
+from .bisect import RangeFinding, first_out_of_range
+from .cut import Block, block, block_model, decoder_layers
+from .probe import ProbeTensor
+from .side_by_side import Feeders, side_by_side
+
+RESULT_FILE = "blocks.json"
+WORKER = "qnn_debug.workers.sim_probe_worker"
+
+
+class BlockRequest(BaseModel):
+    model: Path  # what the target runs (.onnx); ``reference_model`` (default: the same) feeds the reference
+    out: Path
+    reference_model: Path | None = None
+    inputs: Path | None = None  # the prefill inputs (.npz); default: seeded data of the model's static shapes
+    shapes: dict[str, list[int]] = Field(default_factory=dict)
+    seed: int = 0
+    layers_per_block: int = Field(default=1, ge=1, le=64)
+    soc_model: int = 69
+    htp_arch: int | None = None
+    options: dict[str, str] = Field(default_factory=dict)
+    # Every op of the first failing block runs alone on reference inputs (one session) and names the first
+    # failing op. ``inner`` adds a second opinion on the cut-out block: "diagnose" (baseline → dump → compare,
+    # refusing a lying dump by itself) or "bisect"; "none" skips it.
+    inner: Literal["diagnose", "bisect", "none"] = "none"
+    force: bool = False
+    timeout: float = 1800.0
+
+
+class BlockCheck(BaseModel):
+    first: int
+    last: int
+    inputs: list[str]
+    outputs: list[str]
+    bad: bool
+    worst: ProbeTensor | None = None
+    seconds: float = 0.0
+
+
+class BlockFirstFailing(BaseModel):
+    op: str | None
+    op_type: str | None
+    tensor: str
+    position: int  # in the model (ops side by side) or in the block's own graph (inner diagnose/bisect)
+    block: str
+    evidence: ProbeTensor | None = None  # the op alone on reference inputs, against its fp16 floor
+    method: str = "ops side by side on reference inputs"
+
+
+class BlockResult(BaseModel):
+    method: Literal["block"] = "block"
+    out: str
+    model: str
+    blocks: list[BlockCheck] = Field(default_factory=list)
+    first_failing_block: BlockCheck | None = None
+    first_failing: BlockFirstFailing | None = None
+    block_verdict: str | None = None  # the block diagnosis's verdict kind (real_bug, precision, ...)
+    block_diagnosis: str | None = None  # its output directory
+    verdict: Literal["real_bug", "precision", "ok"]
+    summary: str
+    fp16_range: RangeFinding | None = None
+    elapsed_s: float = 0.0
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
+def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
+               thresholds: Thresholds | None = None) -> BlockResult:
+    """Localise the first failing decoder block of ``request.model``, then its first failing op."""
+
+    from ..inputs import prepare_inputs
+    from ..onnx_graph import ensure_node_names, graph_inputs, load_onnx, tensor_elem_types
+    from ..targets.onnx_capture import capture_plan, run_on_cpu
+    from ..workers import run_worker
+
+    started = time.monotonic()
+    th = thresholds or Thresholds()
+    timings: dict[str, float] = {}
+    out = _prepare_out(Path(request.out), request.force)
+    target = ensure_node_names(load_onnx(request.model))
+    reference = ensure_node_names(load_onnx(request.reference_model or request.model))
+    layers = sorted(decoder_layers(reference))
+    if not layers:
+        raise BadInputError("the model's node names carry no decoder layer index (/layers.N/ or /blocks.N/)",
+                            hint="block localisation needs an LLM export; use `qnn-debug bisect` for other models")
+    prepared = prepare_inputs(graph_inputs(reference), inputs=request.inputs, shapes=request.shapes or None,
+                              seed=request.seed)
+    feeds = prepared.arrays
+    spans = [(layers[i], layers[min(i + request.layers_per_block, len(layers)) - 1])
+             for i in range(0, len(layers), request.layers_per_block)]
+    ref_blocks = [block(reference, a, b) for a, b in spans]
+    tgt_blocks = [block(target, a, b) for a, b in spans]
+
+    t0 = time.monotonic()
+    plan = capture_plan(reference)
+    wanted = {n for blk in [*ref_blocks, *tgt_blocks] for n in [*blk.inputs, *blk.outputs]}
+    names = list(dict.fromkeys([p.name for p in plan if p.kind != "input"] + [n for n in wanted if n not in feeds]))
+    values = {**run_on_cpu(reference, feeds, names), **feeds}
+    rng = first_out_of_range((p.name, p.op, p.op_type, p.position, values[p.name]) for p in plan
+                             if p.kind != "input" and p.name in values and np.asarray(values[p.name]).dtype.kind == "f")
+    types = tensor_elem_types(reference)
+    timings["reference_s"] = round(time.monotonic() - t0, 3)
+
+    t0 = time.monotonic()
+    work = out / "blocks"
+    work.mkdir(exist_ok=True)
+    known = set(values)
+    shapes = {n: (list(np.asarray(v).shape), _elem(v, types.get(n))) for n, v in values.items()}
+    target_made = {o for n in target.graph.node for o in n.output}
+    outs_per_block = [[o for o in rb.outputs if o in target_made] for rb in ref_blocks]
+    op_types = {o: n.op_type for n in reference.graph.node for o in n.output}
+    all_types = {**tensor_elem_types(target), **types}
+    blocks_stage = _stage(work, "blocks", target, reference, [tb.positions for tb in tgt_blocks],
+                          [rb.positions for rb in ref_blocks], outs_per_block, shapes, values, op_types, all_types)
+    t_feeders, r_feeders = Feeders(target, known), Feeders(reference, known)
+    ref_pos = {o: i for i, n in enumerate(reference.graph.node) for o in n.output}
+    judged = {p.name for p in plan if p.kind != "input"}
+    ops_stages = []
+    for k, tb in enumerate(tgt_blocks):
+        pieces, ref_pieces, piece_outs = [], [], []
+        for pos in tb.positions:
+            outs = [o for o in target.graph.node[pos].output if o in judged and o in ref_pos]
+            if not outs:
+                continue
+            pieces.append(t_feeders.piece(pos))
+            ref_pieces.append(r_feeders.piece(ref_pos[outs[0]]))
+            piece_outs.append(outs)
+        ops_stages.append(_stage(work, f"ops{k:03d}", target, reference, pieces, ref_pieces, piece_outs, shapes, values,
+                                 op_types, all_types) if pieces else None)
+    timings["prepare_s"] = round(time.monotonic() - t0, 3)
+
+    from ..targets import qnn_ep
+    from ..targets.htp_sim import split_options
+
+    extra, disabled, _ = split_options(request.options)
+    t0 = time.monotonic()
+    response = run_worker(WORKER, {"job": "blocks", "blocks": blocks_stage, "ops": ops_stages,
+                                   "options": qnn_ep.provider_options(request.soc_model, request.htp_arch, extra),
+                                   "disabled_optimizers": disabled, "thresholds": th.model_dump(mode="json")},
+                          log_path=work / "htp_blocks_worker.log", timeout=request.timeout, progress=progress,
+                          what="HTP simulator block runs")
+    timings["htp_sim_s"] = round(time.monotonic() - t0, 3)
+    timings.update({f"htp_sim_{k}": v for k, v in response.items() if k.endswith("_s")})
+    checks = []
+    for tb, outs, tensors in zip(tgt_blocks, outs_per_block, response["blocks"], strict=True):
+        found = [ProbeTensor.model_validate(t) for t in tensors]
+        scored = [t for t in found if t.excess_db is not None]
+        worst = max(scored, key=lambda t: t.excess_db or 0.0) if scored else None
+        checks.append(BlockCheck(first=tb.first, last=tb.last, inputs=tb.inputs, outputs=outs,
+                                 bad=any(t.status == "bad" for t in found), worst=worst))
+    result = BlockResult(out=str(out), model=str(request.model), blocks=checks, verdict="ok", summary="",
+                         fp16_range=rng, timings=timings)
+    bad = next((c for c in checks if c.bad), None)
+    result.first_failing_block = bad
+    if bad is not None:
+        result.verdict = "real_bug"
+        k = checks.index(bad)
+        stage = ops_stages[k]
+        where = f"layer {bad.first}" if bad.first == bad.last else f"layers {bad.first}..{bad.last}"
+        for piece, tensors in zip((stage or {}).get("pieces", []), response.get("ops") or [], strict=False):
+            hit = next((ProbeTensor.model_validate(t) for t in tensors if t["status"] == "bad"), None)
+            if hit is not None:
+                result.first_failing = BlockFirstFailing(op=piece["op"], op_type=piece["op_type"], tensor=hit.name,
+                                                         position=piece["position"], block=where, evidence=hit)
+                break
+        if request.inner != "none":
+            t0 = time.monotonic()
+            stem = f"block{k:03d}_layers{bad.first}-{bad.last}"
+            _save_block(work, stem, target, reference, tgt_blocks[k], ref_blocks[k], outs_per_block[k], shapes, values)
+            (_diagnose_block if request.inner == "diagnose" else _bisect_block)(result, work, stem, request, progress)
+            timings[f"{request.inner}_block_s"] = round(time.monotonic() - t0, 3)
+    _explain(result, th)
+    result.elapsed_s = round(time.monotonic() - started, 3)
+    atomic_write_text(out / RESULT_FILE, result.model_dump_json(indent=1))
+    return result
+
+
+def _stage(work: Path, tag: str, target: Any, reference: Any, pieces: list[list[int]], ref_pieces: list[list[int]],
+           outs: list[list[str]], shapes: dict[str, tuple[list[int], int]], values: dict[str, Any],
+           op_types: dict[str, str], types: dict[str, int]) -> dict[str, Any]:
+    """Write one side-by-side stage: the target's pieces, their feeds, and reference + floor values by new name."""
+    import onnx
+
+    from ..inputs import save_npz
+    from ..onnx_graph import fp16_floor
+    from ..targets.onnx_capture import run_on_cpu
+
+    model, maps = side_by_side(target, pieces, outs, shapes, tag="p", types=types)
+    ref_model, ref_maps = side_by_side(reference, ref_pieces, outs, shapes, tag="p", types=types)
+    feeds = {i.name: np.asarray(values[i.name]) for i in model.graph.input}
+    ref_feeds = {i.name: np.asarray(values[i.name]) for i in ref_model.graph.input}
+    floor = run_on_cpu(fp16_floor(ref_model), ref_feeds, [o.name for o in ref_model.graph.output])
+    reference_by_new, floor_by_new = {}, {}
+    for mp, rmp in zip(maps, ref_maps, strict=True):
+        for orig, new in mp.items():
+            reference_by_new[new] = np.asarray(values[orig])
+            if orig in rmp and rmp[orig] in floor:
+                floor_by_new[new] = floor[rmp[orig]]
+    onnx.save(model, str(work / f"{tag}.onnx"))
+    save_npz(work / f"{tag}_feeds.npz", feeds)
+    keys = {new: f"k{i}" for i, new in enumerate(reference_by_new)}  # tensor names are not safe zip member names
+    np.savez(work / f"{tag}_reference.npz", **{keys[n]: v for n, v in reference_by_new.items()})  # type: ignore[arg-type]
+    np.savez(work / f"{tag}_floor.npz", **{keys[n]: v for n, v in floor_by_new.items()})  # type: ignore[arg-type]
+    nodes = target.graph.node
+    return {"model": str(work / f"{tag}.onnx"), "feeds": str(work / f"{tag}_feeds.npz"),
+            "reference": str(work / f"{tag}_reference.npz"), "floor": str(work / f"{tag}_floor.npz"), "keys": keys,
+            "pieces": [{"outputs": mp, "op_types": {o: op_types.get(o) for o in mp},
+                        "op": nodes[piece[-1]].name, "op_type": nodes[piece[-1]].op_type, "position": piece[-1]}
+                       for mp, piece in zip(maps, pieces, strict=True)]}
+
+
+def _save_block(work: Path, stem: str, target: Any, reference: Any, tb: Block, rb: Block, outs: list[str],
+                shapes: dict[str, tuple[list[int], int]], values: dict[str, Any]) -> None:
+    """The failing block as standalone graphs (target and reference) with its reference inputs, for ``inner``."""
+    import onnx
+
+    from ..inputs import save_npz
+
+    onnx.save(block_model(target, Block(tb.first, tb.last, tb.positions, tb.inputs, outs), shapes),
+              str(work / f"{stem}.onnx"))
+    onnx.save(block_model(reference, Block(rb.first, rb.last, rb.positions, rb.inputs, outs), shapes),
+              str(work / f"{stem}_reference.onnx"))
+    save_npz(work / f"{stem}_inputs.npz", {n: np.asarray(values[n]) for n in tb.inputs})
+    save_npz(work / f"{stem}_reference_inputs.npz", {n: np.asarray(values[n]) for n in rb.inputs})
+
+
+def _elem(value: Any, known: int | None) -> int:
+    from onnx import helper
+
+    return known or int(helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype))
+
+
+def _diagnose_block(result: BlockResult, work: Path, stem: str, request: BlockRequest, progress: Progress) -> None:
+    """baseline → dump → compare on the failing block (diagnose falls back by itself if its dump lies)."""
+    from ..diagnose import diagnose
+
+    d = diagnose(work / f"{stem}.onnx", work.parent / f"diagnose-{stem}", inputs=work / f"{stem}_inputs.npz",
+                 reference_model=work / f"{stem}_reference.onnx", soc_model=request.soc_model,
+                 htp_arch=request.htp_arch, target_options=request.options or None, mnn_gate=False,
+                 timeout=request.timeout, force=request.force, progress=progress)
+    result.block_diagnosis = d.out
+    assert result.first_failing_block is not None
+    name = (f"layer {result.first_failing_block.first}" if result.first_failing_block.first == result.first_failing_block.last
+            else f"layers {result.first_failing_block.first}..{result.first_failing_block.last}")
+    if d.compare is not None:
+        result.block_verdict = d.compare.verdict.kind
+        ff = d.compare.first_failing
+        if ff is not None:
+            result.first_failing = BlockFirstFailing(op=ff.op, op_type=ff.op_type, tensor=ff.tensor,
+                                                     position=ff.position, block=name)
+    elif d.fallback is not None and d.fallback.bisect is not None:
+        b = d.fallback.bisect
+        result.block_verdict = b.verdict
+        if b.first_failing is not None:
+            result.first_failing = BlockFirstFailing(op=b.first_failing.op, op_type=b.first_failing.op_type,
+                                                     tensor=b.first_failing.tensor or "", position=b.first_failing.position,
+                                                     block=name)
+
+
+def _bisect_block(result: BlockResult, work: Path, stem: str, request: BlockRequest, progress: Progress) -> None:
+    """Bisection inside the failing block (unmarked truncated blocks, no dump)."""
+    from .bisect import BisectRequest, run_bisect
+
+    b = run_bisect(BisectRequest(model=work / f"{stem}.onnx", reference_model=work / f"{stem}_reference.onnx",
+                                 inputs=work / f"{stem}_reference_inputs.npz", out=work.parent / f"bisect-{stem}",
+                                 soc_model=request.soc_model, htp_arch=request.htp_arch, options=request.options,
+                                 mnn_gate=False, force=request.force, timeout=request.timeout), progress)
+    result.block_diagnosis, result.block_verdict = b.out, b.verdict
+    bad = result.first_failing_block
+    assert bad is not None
+    if b.first_failing is not None:
+        result.first_failing = BlockFirstFailing(op=b.first_failing.op, op_type=b.first_failing.op_type,
+                                                 tensor=b.first_failing.tensor or "", position=b.first_failing.position,
+                                                 block=f"layer {bad.first}" if bad.first == bad.last
+                                                 else f"layers {bad.first}..{bad.last}")
+
+
+def _explain(result: BlockResult, th: Thresholds) -> None:
+    bad, ff = result.first_failing_block, result.first_failing
+    n = len(result.blocks)
+    if bad is not None:
+        w = bad.worst
+        where = f"layer {bad.first}" if bad.first == bad.last else f"layers {bad.first}..{bad.last}"
+        result.summary = (f"{where} is the first failing block of {n}: fed the reference hidden state, its output "
+                          f"{w.name if w else '?'!r} is {w.excess_db if w else '?'} dB beyond its fp16 floor "
+                          f"(target {w.target_sqnr_db if w else '?'} dB, floor {w.floor_sqnr_db if w else '?'} dB)")
+        if ff is not None:
+            result.summary += f"; inside it, {ff.op} ({ff.op_type}) is the first failing op"
+    else:
+        result.summary = f"every one of the {n} blocks is within {th.jump_db:g} dB of its fp16 floor"
+    if result.fp16_range is not None:
+        result.summary += f"; fp16 range: {result.fp16_range.note}"
+        if bad is None:
+            result.verdict = "precision"
+
+
+def _prepare_out(out: Path, force: bool) -> Path:
+    import shutil
+
+    def ours(p: Path) -> bool:
+        return (p / RESULT_FILE).exists() or (p / "blocks").is_dir()
+
+    if check_output_dir(out, force=force, is_ours=ours, what="block localisation"):
+        for entry in out.iterdir():
+            if entry.name in (RESULT_FILE, "blocks") or entry.name.startswith(("diagnose-block", "bisect-block")):
+                shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    return out.resolve()
