@@ -123,3 +123,29 @@ def test_runtime_refusal_is_a_typed_error_with_mnn_words(tmp_path: Path) -> None
         llm_text(LlmTextRequest(export_dir=export.dir, max_new_tokens=2, out=str(tmp_path / "o")))
     # the wheel's CPU RoPE only takes C4-packed q/k; the runtime then crashes (measured: SIGSEGV)
     assert "C4 packed" in err.value.message and (tmp_path / "o" / "reference" / "mnn_llm.log").is_file()
+
+
+def test_phone_llm_logits_diff_cpu_vs_npu_config(exports: dict[str, Path], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    phone = FakePhone.install(tmp_path, monkeypatch)
+    model_dir = "/data/local/tmp/tiny-qwen3"
+    folder = phone.device(model_dir)
+    shutil.copytree(exports["b"], folder)
+    (folder / "qnn").mkdir()
+    for name in ("llm.mnn", "llm.mnn.weight"):  # the "NPU" graph: the faulty export's model in the qnn/ slot
+        shutil.copy(exports["b_rotary"] / name, folder / "qnn" / name)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(llm_model="qnn/llm.mnn", llm_weight="qnn/llm.mnn.weight")
+    (folder / "config_qnn.json").write_text(json.dumps(cfg))
+    python_wrapper(folder / "llm_logits_diff", "fake_llm_logits_diff.py")
+    r = llm_text(LlmTextRequest(export_dir=str(exports["b"]), device=DeviceTextTarget(model_dir=model_dir),
+                                device_logits_diff=True, max_new_tokens=8, out=str(tmp_path / "o")))
+    d = r.device_diff
+    assert d is not None and len(d.steps) == 8 and d.worst_max_abs_diff is not None and d.worst_max_abs_diff > 0.1
+    assert r.verdict in ("diverged", "near_tie_flip") and d.first_disagreement is not None
+    assert r.comparison is not None and r.comparison.top1_agreement == 1.0  # phone CPU == this machine's CPU
+    from qnn_debug.errors import DeviceError
+    from qnn_debug.llm.logits_diff import parse_logits_diff
+
+    with pytest.raises(DeviceError):
+        parse_logits_diff("load failed\n", "a", "b")

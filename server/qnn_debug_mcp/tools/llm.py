@@ -80,6 +80,9 @@ def register(server: MCPServer) -> None:
         device_config: Annotated[str, Field(max_length=255, pattern=r"^[A-Za-z0-9._-]+$")] = "config_qnn.json",
         serial: Serial = None,
         llm_demo: PhonePath = None,
+        device_logits_diff: Annotated[bool, Field(description="on the phone run MNN's llm_logits_diff between the "
+                                                  "folder's config.json (CPU) and device_config (NPU): per-step logits "
+                                                  "on the device itself")] = False,
         background: Background = None,
     ) -> Annotated[CallToolResult, LongToolAnswer]:
         """For garbled or wrong LLM text on the phone. Runs the export folder on CPU with the MNN wheel's
@@ -89,7 +92,9 @@ def register(server: MCPServer) -> None:
         float one, with logits), or a text you captured (`target_text`). Teacher-forces the reference
         along the target's tokens and returns the first divergent token (with the reference's logit
         margin: near tie or broken), top-1 agreement, per-step logits SQNR when the target has logits,
-        garbled-text signals (mixed scripts, `!!!!` runs, U+FFFD) and a verdict."""
+        garbled-text signals (mixed scripts, `!!!!` runs, U+FFFD) and a verdict. With
+        `device_logits_diff` the phone runs MNN's llm_logits_diff (CPU config vs NPU config, teacher-forced)
+        and `result.device_diff` holds its per-step disagreement, margins, max |Δlogit| and KL."""
         ws = workspace(ctx, roots)
         folder = ws.resolve(export_dir, what="export_dir", kind="dir")
         run_dir = new_output(ctx, ws, out, group=folder.name, leaf="llm-text")
@@ -105,6 +110,8 @@ def register(server: MCPServer) -> None:
                 cmd += ["--serial", serial]
             if llm_demo:
                 cmd += ["--llm-demo", llm_demo]
+            if device_logits_diff:
+                cmd.append("--device-logits-diff")
         cmd += engine_roots(ctx, ws)
         return await run_long(ctx, tool="compare_llm_text", title=f"LLM text of {folder.name}", command=cmd,
                               background=background, auto_background=True, summarize=summarize_text)

@@ -27,6 +27,11 @@ def llm_text_cmd(
     serial: str | None = typer.Option(None, "--serial", help="adb serial (default: the only device)."),
     llm_demo: str | None = typer.Option(None, "--llm-demo", help="llm_demo on the device (default: <device-model-dir>/llm_demo)."),
     lib_dir: str | None = typer.Option(None, "--lib-dir", help="Device folder with libMNN.so and the QNN libraries."),
+    logits_diff: bool = typer.Option(False, "--device-logits-diff", help="On the phone run llm_logits_diff CPU config vs "
+                                     "--device-config (per-step logits on the device) instead of llm_demo."),
+    cpu_config: str = typer.Option("config.json", "--device-cpu-config", help="CPU config name for --device-logits-diff."),
+    logits_diff_tool: str | None = typer.Option(None, "--llm-logits-diff", help="llm_logits_diff on the device "
+                                                "(default: <device-model-dir>/llm_logits_diff)."),
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Greedy tokens and per-step logits on CPU, the target's text, first divergent token, top-1 agreement, SQNR, garbled check."""
@@ -43,10 +48,13 @@ def llm_text_cmd(
         target_text = (fs.read_text(target_text_file, what="--target-text-file", max_bytes=8 << 20) if target_text_file
                        else target_text_arg)
         device = (DeviceTextTarget(serial=serial, model_dir=device_model_dir, config=device_config, llm_demo=llm_demo,
-                                   lib_dir=lib_dir) if device_model_dir else None)
+                                   lib_dir=lib_dir, cpu_config=cpu_config, logits_diff_tool=logits_diff_tool)
+                  if device_model_dir else None)
+        if logits_diff and device is None:
+            raise BadInputError("--device-logits-diff needs --device-model-dir", hint="name the phone folder with both configs")
         request = LlmTextRequest(export_dir=export_dir, prompt=text.strip() or "Hello", max_new_tokens=max_new_tokens,
                                  out=out, target_export=target_export, target_text=target_text,
-                                 target_logits=target_logits, device=device)
+                                 target_logits=target_logits, device=device, device_logits_diff=logits_diff)
         with cli_progress(enabled=not json_out) as progress:
             result = llm_text(request, progress=progress)
     except QnnDebugError as e:
@@ -63,6 +71,10 @@ def llm_text_cmd(
             w(f"target ({r.target.source}): {r.target.text[:200]!r}\n")
             if r.target.garbled and r.target.garbled.garbled:
                 w(f"  garbled: {'; '.join(r.target.garbled.reasons)}\n")
+        d = r.device_diff
+        if d is not None:
+            w(f"phone llm_logits_diff {d.config_a} vs {d.config_b}: {d.disagreements}/{len(d.steps)} steps disagree, "
+              f"first at {d.first_disagreement}, worst max |diff| {d.worst_max_abs_diff}, mean KL {d.mean_kl}\n")
         c = r.comparison
         if c is not None:
             w(f"steps {c.steps}, agreeing prefix {c.agreeing_prefix}, top-1 agreement {c.top1_agreement:.1%}\n")

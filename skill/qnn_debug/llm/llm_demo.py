@@ -67,6 +67,9 @@ class DeviceTextTarget(BaseModel):
     llm_demo: str | None = Field(default=None, description="llm_demo on the device (default: <model_dir>/llm_demo)")
     lib_dir: str | None = Field(default=None, description="folder with libMNN.so / QNN libs (default: model_dir)")
     timeout_s: float = Field(default=600, gt=0, le=7200)
+    cpu_config: str = Field(default="config.json", description="the CPU config next to it (for llm_logits_diff)")
+    logits_diff_tool: str | None = Field(default=None, description="llm_logits_diff on the device "
+                                         "(default: <model_dir>/llm_logits_diff)")
 
 
 def run_llm_demo(target: DeviceTextTarget, prompt: str, max_new_tokens: int, log: Path) -> DemoOutput:

@@ -25,6 +25,7 @@ from ..progress import NULL_PROGRESS, Progress
 from .export_reader import read_export
 from .garbled import GarbledReport, detect_garbled
 from .llm_demo import DemoOutput, DeviceTextTarget, run_llm_demo
+from .logits_diff import DeviceLogitsDiff, run_logits_diff
 
 NEAR_TIE = 0.5  # reference logit margin (top-1 minus the target's token) below which a flip is a tie
 # Per-step logits SQNR below which the runs differ by more than precision/quantization noise (a judgment:
@@ -44,6 +45,8 @@ class LlmTextRequest(BaseModel):
     target_text: str | None = Field(default=None, max_length=200_000, description="text a phone printed")
     target_logits: str | None = Field(default=None, description=".npy [steps, vocab] logits of the target, if it has them")
     device: DeviceTextTarget | None = None
+    device_logits_diff: bool = Field(default=False, description="on the phone, run llm_logits_diff between the CPU "
+                                     "config (device.cpu_config) and device.config instead of llm_demo")
 
 
 class TextRun(BaseModel):
@@ -84,6 +87,7 @@ class LlmTextResult(BaseModel):
     reference: TextRun
     target: TextRun | None = None
     comparison: TextComparison | None = None
+    device_diff: DeviceLogitsDiff | None = None
     verdict: Literal["reference_only", "match", "near_tie_flip", "diverged", "garbled"]
     summary: str
     notes: list[str] = Field(default_factory=list)
@@ -190,6 +194,7 @@ def llm_text(request: LlmTextRequest, progress: Progress = NULL_PROGRESS) -> Llm
 
 def _llm_text(request: LlmTextRequest, out: Path, progress: Progress) -> LlmTextResult:
     notes: list[str] = []
+    device_diff: DeviceLogitsDiff | None = None
     ref_doc = _mnn_llm(request.export_dir, request.prompt, request.max_new_tokens, out / "reference", progress=progress)
     reference = _run(ref_doc, f"MNN.llm CPU greedy on {request.export_dir}", out / "reference")
     target: TextRun | None = None
@@ -201,6 +206,16 @@ def _llm_text(request: LlmTextRequest, out: Path, progress: Progress) -> LlmText
         target = _run(t_doc, f"MNN.llm CPU greedy on {request.target_export}", out / "target")
         target_logits = np.load(target.logits) if target.logits else None
         follow = target.tokens
+    elif request.device is not None and request.device_logits_diff:
+        dev = request.device
+        device_diff = run_logits_diff(dev.serial, dev.model_dir, dev.cpu_config, dev.config, request.prompt,
+                                      request.max_new_tokens, dev.logits_diff_tool, dev.lib_dir, dev.timeout_s,
+                                      out / "llm_logits_diff.log")
+        target = TextRun(source=f"phone CPU ({dev.cpu_config}) driving llm_logits_diff against {dev.config}",
+                         tokens=[st.token_a for st in device_diff.steps], text="".join(st.text for st in device_diff.steps))
+        follow = target.tokens
+        notes.append("the phone's CPU config drives the tokens; its agreement with this machine's reference checks "
+                     "the phone's CPU path, device_diff compares the phone's CPU with its NPU config step by step")
     elif request.device is not None:
         demo = run_llm_demo(request.device, request.prompt, request.max_new_tokens, out / "llm_demo.log")
         target = TextRun(source=f"llm_demo on the phone ({request.device.model_dir}/{request.device.config}, greedy copy)",
@@ -221,12 +236,12 @@ def _llm_text(request: LlmTextRequest, out: Path, progress: Progress) -> LlmText
         f_logits = np.load(out / "follow" / str(f_doc["follow_logits"])) if f_doc.get("follow_logits") else np.zeros((0, 1))
         comparison = compare_tokens(reference.tokens, target.tokens, f_logits, target_logits)
         _name_pieces(comparison, f_doc)
-    verdict, summary = _verdict(reference, target, comparison)
+    verdict, summary = _diff_verdict(device_diff) if device_diff is not None else _verdict(reference, target, comparison)
     if reference.undecodable_pieces:
         notes.append(f"{reference.undecodable_pieces} reference token(s) are not valid UTF-8 on their own (parts of "
                      "multi-token characters); the reference text leaves them out")
     result = LlmTextResult(out=str(out), prompt=request.prompt, reference=reference, target=target,
-                           comparison=comparison, verdict=verdict, summary=summary, notes=notes)
+                           comparison=comparison, device_diff=device_diff, verdict=verdict, summary=summary, notes=notes)
     fs.atomic_write_text(out / "llm_text.json", result.model_dump_json(indent=1))
     return result
 
@@ -275,6 +290,21 @@ def _verdict(reference: TextRun, target: TextRun | None, c: TextComparison | Non
     return "diverged", (f"first divergence at step {d.step}: reference {d.reference_piece!r} vs target {d.target_piece!r} "
                         f"(margin {d.margin:.2f}, target's token ranked {d.target_rank}); top-1 agreement "
                         f"{c.top1_agreement:.0%}{sq}")
+
+
+def _diff_verdict(d: DeviceLogitsDiff) -> tuple[Literal["match", "near_tie_flip", "diverged"], str]:
+    n = len(d.steps)
+    dist = f"; worst max |Δlogit| {d.worst_max_abs_diff:.3g}" if d.worst_max_abs_diff is not None else ""
+    dist += f", mean KL(CPU||NPU) {d.mean_kl:.3g}" if d.mean_kl is not None else ""
+    if d.first_disagreement is None:
+        return "match", f"the phone's NPU config picks the CPU config's top-1 at all {n} steps{dist}"
+    first = next((st for st in d.steps if st.step == d.first_disagreement), None)
+    margin = first.margin_a if first is not None else float("inf")
+    if margin < NEAR_TIE and d.disagreements <= max(1, n // 10):
+        return "near_tie_flip", (f"NPU and CPU disagree first at step {d.first_disagreement}, a near tie (CPU margin "
+                                 f"{margin:.2f}); {d.disagreements}/{n} steps disagree{dist}")
+    return "diverged", (f"NPU and CPU disagree first at step {d.first_disagreement} (CPU margin {margin:.2f}); "
+                        f"{d.disagreements}/{n} steps disagree{dist}")
 
 
 def read_result(path: str | Path) -> LlmTextResult:
