@@ -19,6 +19,7 @@ so neither run is ever held in memory.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -222,28 +223,54 @@ def prefetch_pair(reference: Run, other: Run, pair: Pair) -> None:
 
 def pair_stats(reference: Run, other: Run, pair: Pair, *, atol: float, rtol: float,
                chunk: int = DEFAULT_CHUNK, ws: Workspace | None = None) -> ErrorStats:
-    """Stream one pair through :class:`ErrorStats` with bounded memory.
+    """Stream one pair through :class:`ErrorStats` with bounded memory (see :func:`shared_reference_stats`)."""
+    return shared_reference_stats(reference, [(other, pair)], atol=atol, rtol=rtol, chunk=chunk, ws=ws)[0]
 
-    Same-order layouts read both files sequentially into the workspace's buffers; the NHWC case walks
-    memory-mapped arrays in blocks.
+
+def shared_reference_stats(reference: Run, others: list[tuple[Run, Pair]], *, atol: float, rtol: float,
+                           chunk: int = DEFAULT_CHUNK, ws: Workspace | None = None) -> list[ErrorStats]:
+    """Stream pairs that share one reference tensor (a target and the fp16 floor) through one
+    :class:`ErrorStats` each, reading the reference file once.
+
+    Same-order layouts read every file sequentially into the workspace's buffers; a pair in NHWC order
+    (or a Fortran-ordered file) walks memory-mapped arrays in blocks instead.
     """
     ws = ws or Workspace()
-    stats = ErrorStats(atol=atol, rtol=rtol)
-    with (NpyStream(tensor_file(reference, pair.ref), ws.buffers["reference"]) as ref_s,
-          NpyStream(tensor_file(other, pair.other), ws.buffers["target"]) as other_s):
-        if ref_s.npy.size != other_s.npy.size:
-            raise BadInputError(f"tensor {pair.name!r}: the files hold {ref_s.npy.size} and {other_s.npy.size} elements",
-                                hint="a run.json does not match its tensor files; re-run the capture")
-        if pair.layout != "nhwc" and not ref_s.npy.fortran and not other_s.npy.fortran:
-            for o, r in zip(other_s.chunks(chunk), ref_s.chunks(chunk), strict=True):
-                stats.add(o, r, ws)
-            return stats
-    ref_arr = reference.array(pair.ref.name).reshape(pair.ref.shape)
-    other_arr = other.array(pair.other.name).reshape(pair.other.shape)
-    for o, r in iter_chunks(ref_arr, other_arr, pair.layout, chunk):
-        stats.add(o, r, ws)
-    del ref_arr, other_arr
+    stats = [ErrorStats(atol=atol, rtol=rtol) for _ in others]
+    ref_rec = others[0][1].ref
+    streamable = [i for i, (_, pair) in enumerate(others) if pair.layout != "nhwc" and pair.ref.file == ref_rec.file]
+    done = _stream_shared(reference, ref_rec, [others[i] for i in streamable], [stats[i] for i in streamable],
+                          chunk, ws) if streamable else False
+    for i, (run, pair) in enumerate(others):
+        if done and i in streamable:
+            continue
+        ref_arr = reference.array(pair.ref.name).reshape(pair.ref.shape)
+        other_arr = run.array(pair.other.name).reshape(pair.other.shape)
+        for o, r in iter_chunks(ref_arr, other_arr, pair.layout, chunk):
+            stats[i].add(o, r, ws)
+        del ref_arr, other_arr
     return stats
+
+
+def _stream_shared(reference: Run, ref_rec: TensorRecord, others: list[tuple[Run, Pair]], stats: list[ErrorStats],
+                   chunk: int, ws: Workspace) -> bool:
+    """Read the reference and every other file chunk by chunk, in step; False (nothing added) when a file
+    is Fortran-ordered and must be walked through memory maps instead."""
+    with contextlib.ExitStack() as stack:
+        ref_s = stack.enter_context(NpyStream(tensor_file(reference, ref_rec), ws.buffer("reference")))
+        streams: list[NpyStream] = []
+        for run, pair in others:
+            o_s = stack.enter_context(NpyStream(tensor_file(run, pair.other), ws.buffer(f"other{len(streams)}")))
+            if ref_s.npy.size != o_s.npy.size:
+                raise BadInputError(f"tensor {pair.name!r}: the files hold {ref_s.npy.size} and {o_s.npy.size} elements",
+                                    hint="a run.json does not match its tensor files; re-run the capture")
+            streams.append(o_s)
+        if ref_s.npy.fortran or any(o.npy.fortran for o in streams):
+            return False
+        for r, *outs in zip(ref_s.chunks(chunk), *(o.chunks(chunk) for o in streams), strict=True):
+            for st, o in zip(stats, outs, strict=True):
+                st.add(o, r, ws)
+    return True
 
 
 def load_in_reference_layout(run: Run, rec: TensorRecord, ref_shape: list[int]) -> np.ndarray:

@@ -29,7 +29,7 @@ from ..onnx_graph import is_floor_helper
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import MNN_DIR, Run, atomic_write_text, sha256_file
 from . import fmt
-from .align import DEFAULT_CHUNK, Pair, align, pair_stats, prefetch_pair
+from .align import DEFAULT_CHUNK, Pair, align, prefetch_pair, shared_reference_stats
 from .checks import quant_step
 from .fusion import fused_words, name_target_op
 from .importers import ReferenceSide, open_reference, open_target, target_kind
@@ -327,14 +327,12 @@ def stream_metrics(side: ReferenceSide, target: Run, pairs: list[Pair], floor_pa
         ws = getattr(local, "ws", None)
         if ws is None:
             ws = local.ws = Workspace()
-        values = metric_values(pair_stats(side.reference, target, pair, atol=th.atol, rtol=th.rtol,
-                                          chunk=opts.chunk, ws=ws))
         fp = floor_pairs.get(pair.ref.name)
-        floor_values = None
+        others = [(target, pair)]
         if fp is not None and side.floor is not None:
-            floor_values = metric_values(pair_stats(side.reference, side.floor, fp, atol=th.atol, rtol=th.rtol,
-                                                    chunk=opts.chunk, ws=ws))
-        return pair, values, floor_values
+            others.append((side.floor, fp))  # the reference file is read once for both
+        stats = shared_reference_stats(side.reference, others, atol=th.atol, rtol=th.rtol, chunk=opts.chunk, ws=ws)
+        return pair, metric_values(stats[0]), metric_values(stats[1]) if len(stats) > 1 else None
 
     for ahead in pairs[:PREFETCH_AHEAD]:
         prefetch_pair(side.reference, target, ahead)

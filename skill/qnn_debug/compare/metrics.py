@@ -40,7 +40,7 @@ class Workspace:
 
     def __init__(self) -> None:
         self._arrays: dict[str, np.ndarray] = {}
-        self.buffers: dict[str, bytearray] = {"target": bytearray(), "reference": bytearray()}
+        self.buffers: dict[str, bytearray] = {}
 
     def get(self, name: str, n: int, dtype: type | np.dtype = np.float32) -> np.ndarray:
         arr = self._arrays.get(name)
@@ -48,6 +48,10 @@ class Workspace:
             arr = np.empty(max(n, 1), dtype)
             self._arrays[name] = arr
         return arr[:n]
+
+    def buffer(self, name: str) -> bytearray:
+        """A byte buffer that file reads of this name reuse (grown on demand, never shrunk)."""
+        return self.buffers.setdefault(name, bytearray())
 
 
 def _has_fp16_specials(chunk: np.ndarray) -> bool:
