@@ -187,18 +187,25 @@ def token_ids(tokens: int, vocab: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, vocab, (1, tokens)).astype(np.int64)
 
 
-def deconv_bn_relu_net(*, cin: int = 4, cout: int = 8, size: int = 8, kernel: int = 2, seed: int = 0) -> onnx.ModelProto:
+def deconv_bn_relu_net(*, cin: int = 4, cout: int = 8, size: int = 8, kernel: int = 2, seed: int = 0,
+                       conv: bool = False) -> onnx.ModelProto:
     """x → ConvTranspose(+bias) → BatchNormalization → Relu → Conv 3x3 → y: MNN fuses the first three into one
-    Deconvolution with a fused ReLU."""
+    Deconvolution with a fused ReLU (``conv``: a strided Conv instead, fused into one Convolution)."""
     rng = np.random.default_rng(seed)
     inits = [_f32("dw", rng.normal(0, np.sqrt(2 / (cin * kernel * kernel)), (cin, cout, kernel, kernel))),
              _f32("db", rng.normal(0, 0.2, cout)),
              _f32("bn_s", rng.uniform(0.5, 1.5, cout)), _f32("bn_b", rng.normal(0, 0.3, cout)),
              _f32("bn_m", rng.normal(0, 0.2, cout)), _f32("bn_v", rng.uniform(0.5, 1.5, cout)),
              _f32("cw", rng.normal(0, np.sqrt(2 / (cout * 9)), (cin, cout, 3, 3))), _f32("cb", rng.normal(0, 0.1, cin))]
-    nodes = [helper.make_node("ConvTranspose", ["x", "dw", "db"], ["up"], name="up", strides=[kernel, kernel]),
+    if conv:
+        inits[0] = _f32("dw", rng.normal(0, np.sqrt(2 / (cin * 9)), (cout, cin, 3, 3)))
+        first = helper.make_node("Conv", ["x", "dw", "db"], ["up"], name="up", pads=[1, 1, 1, 1])
+    else:
+        first = helper.make_node("ConvTranspose", ["x", "dw", "db"], ["up"], name="up", strides=[kernel, kernel])
+    out_size = size if conv else size * kernel
+    nodes = [first,
              helper.make_node("BatchNormalization", ["up", "bn_s", "bn_b", "bn_m", "bn_v"], ["up_bn"], name="up_bn"),
              helper.make_node("Relu", ["up_bn"], ["up_relu"], name="up_relu"),
              helper.make_node("Conv", ["up_relu", "cw", "cb"], ["y"], name="head", pads=[1, 1, 1, 1])]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, size, size])
-    return _model(nodes, "deconv_bn_relu", [x], [("y", [1, cin, size * kernel, size * kernel])], inits)
+    return _model(nodes, "deconv_bn_relu", [x], [("y", [1, cin, out_size, out_size])], inits)

@@ -28,6 +28,9 @@ POOR_SQNR_DB = 30.0  # near the rail but not saturated: only a finding when the 
 HEADROOM = 4.0  # rescale so that the largest value lands a factor 4 below 65504
 SQUARING_OPS = {"ReduceSumSquare", "ReduceL2", "Pow"}  # outputs grow with the square of the input scale
 CONSTANT_OPS = {"Constant", "ConstantOfShape"}
+# Where fp16 producers stop: IEEE's largest finite value (and a clipping floor), 2**16 (measured: the simulator's
+# MatMul tops out at 65536, code 0x7C00), and HTP's saturation code 0x7FFF.
+RAILS = (FP16_MAX, 65536.0, HTP_FP16_MAX)
 
 
 @dataclass
@@ -186,8 +189,11 @@ def _measure(found: Overflow, reference: Run, target: Run) -> None:
     found.nonfinite = int(t.size - np.count_nonzero(finite))
     mags = np.abs(t[finite])
     found.target_max = float(mags.max()) if mags.size else 0.0
-    found.rail = HTP_FP16_MAX if found.target_max > FP16_MAX * 1.0005 else FP16_MAX
-    found.at_rail = int(np.count_nonzero(mags >= AT_RAIL * found.rail)) + found.nonfinite
+    tm = found.target_max
+    close = [r for r in RAILS if abs(tm - r) <= (1.0 - AT_RAIL) * r]
+    found.rail = min(close, key=lambda r: abs(tm - r)) if close else None
+    at = int(np.count_nonzero(np.abs(mags - found.rail) <= (1.0 - AT_RAIL) * found.rail)) if found.rail is not None else 0
+    found.at_rail = at + found.nonfinite
     if reference.has(found.tensor):
         r = np.asarray(reference.array(found.tensor), dtype=np.float64)
         found.ref_beyond = int(np.count_nonzero(np.abs(r) > FP16_MAX))

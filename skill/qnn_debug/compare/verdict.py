@@ -213,9 +213,14 @@ def _overflow_verdict(fs: Findings, base: dict[str, Any], hit: Finding | None) -
                   "that value")
     elif o.nonfinite:
         target = f"the target holds inf/NaN there ({o.nonfinite} of {o.size} values): an IEEE fp16 producer overflowed"
-    elif o.rail is not None and o.rail > 65504.0:
+    elif o.rail is not None and o.rail > 65536.0:
         target = (f"the target tops out at {o.target_max:.6g}, {o.at_rail} of {o.size} values at HTP's ±131008 "
                   f"saturation rail (HTP fp16 has no inf)")
+    elif o.rail is not None and o.rail > 65504.0:
+        target = (f"the target tops out at {o.target_max:.6g}, {o.at_rail} of {o.size} values at ±65536 (2^16, where "
+                  f"the HTP op stops; HTP fp16 has no inf)")
+    elif o.rail is None:
+        target = f"the target tops out at {o.target_max:.6g} and is badly off there (SQNR {fmt.db_unit(o.row.metrics.get('sqnr_db'))})"
     else:
         target = f"the target tops out at {o.target_max:.6g}, {o.at_rail} of {o.size} values at the ±65504 fp16 rail"
     inside = " (beyond 65504, but within what HTP holds: 131008)" if o.input_max > 65504.0 else ""
