@@ -104,6 +104,14 @@ def exec_workspace(ctx: Context) -> Workspace | None:
     return None if cfg.http else Workspace(cfg.roots)
 
 
+def confined(ctx: Context, command: list[str]) -> list[str]:
+    """``command`` with ``--root`` for the operator's folders unless the tool already narrowed it: no engine
+    command of this server ever runs unconfined."""
+    if "--root" in command:
+        return command
+    return [*command, *engine_roots(ctx, Workspace(app_state(ctx).config.roots))]
+
+
 def engine_roots(ctx: Context, ws: Workspace) -> list[str]:
     """``--root`` arguments for an engine command: the engine re-checks every file it opens against them."""
     roots = list(ws.roots)
@@ -140,7 +148,7 @@ async def engine(ctx: Context, command: list[str], *, timeout: float | None = No
     """Run one engine CLI command for this call, forwarding progress; errors become ToolErrors."""
     config = app_state(ctx).config
     try:
-        return await run_engine(config.python, command, on_progress=relay(ctx),
+        return await run_engine(config.python, confined(ctx, command), on_progress=relay(ctx),
                                 timeout=timeout or config.long_timeout_s)
     except QnnDebugError as e:
         raise from_engine(e) from None

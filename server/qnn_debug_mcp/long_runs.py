@@ -20,7 +20,7 @@ from mcp.types import CallToolResult
 
 from qnn_debug.errors import QnnDebugError
 
-from .calls import app_state, caller, relay, respond
+from .calls import app_state, caller, confined, relay, respond
 from .engine import ProgressCallback, run_engine
 from .errors import details_text, from_engine, tool_error
 from .jobs import Job
@@ -67,6 +67,7 @@ async def run_long(
     """
     state = app_state(ctx)
     limit = state.config.long_timeout_s
+    command = confined(ctx, command)
 
     async def work(on_progress: ProgressCallback) -> dict[str, Any]:
         result = await run_engine(state.config.python, command, on_progress=on_progress, timeout=limit)
