@@ -236,3 +236,27 @@ def test_cli_root_confines_every_file_and_answers_with_one_json_document(tmp_pat
         import re
 
         assert re.search(expected, doc["message"]) and doc["hint"], (argv, doc)
+
+
+def test_lone_surrogate_names_from_json_are_stored_as_valid_json(tmp_path: Path) -> None:
+    from qnn_debug.runstore import RunRecord, RunWriter, load_run
+
+    writer = RunWriter(tmp_path / "run", RunRecord(role="imported", target="npz", precision="unknown"))
+    writer.add_tensor(json.loads('"x\\ud800y"'), np.zeros(2, np.float32))
+    writer.finish()
+    json.loads((tmp_path / "run" / "run.json").read_text(encoding="utf-8"))
+    assert load_run(tmp_path / "run").names() == ["x\ufffdy"]
+
+
+def test_an_npz_compare_target_is_bounded_by_the_reference(tmp_path: Path) -> None:
+    """A zip bomb given as compare target is refused before anything is decompressed or written."""
+    from qnn_debug.compare.importers import import_npz
+    from qnn_debug.runstore import RunRecord, RunWriter
+
+    writer = RunWriter(tmp_path / "ref", RunRecord(role="reference", target="ort-cpu", precision="fp32"))
+    writer.add_tensor("y", np.zeros((4, 4), np.float32))
+    reference = writer.finish()
+    bomb = hostile.zip_bomb(tmp_path / "bomb.npz", "y", (16, 1024, 1024))
+    with pytest.raises(BadInputError, match="over the limit"):
+        import_npz(bomb, reference=reference, out=tmp_path / "imported")
+    assert not (tmp_path / "imported").exists()

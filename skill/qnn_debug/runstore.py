@@ -173,6 +173,7 @@ def sha256_arrays(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -180,6 +181,12 @@ def safe_file_stem(name: str, limit: int = 80) -> str:
     """A file-name fragment that can never leave the directory or run a command."""
     stem = _UNSAFE.sub("_", name).strip("._") or "tensor"
     return stem[:limit]
+
+
+def json_safe_name(name: str, limit: int = 4096) -> str:
+    """A tensor name as valid, bounded Unicode: lone surrogates (bytes that were not UTF-8, or ``\\ud800`` escapes
+    in someone's JSON) become U+FFFD, so every run.json we write is valid JSON text."""
+    return _SURROGATE.sub("\ufffd", name)[:limit]
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -268,6 +275,7 @@ class RunWriter:
         equivalent: Equivalence | None = None,
     ) -> TensorRecord:
         """Store one tensor (float view in model layout) and, for quantized data, its raw integers."""
+        name = json_safe_name(name)
         if name in self._names:
             raise ValueError(f"tensor {name!r} added twice to run {self.dir}")
         self._names.add(name)
