@@ -46,6 +46,7 @@ layers: setup
 
 bench: setup
 	$(PY) bench/first_failing_op.py
+	$(PY) bench/llm_block.py
 	$(PY) bench/compare_scale.py
 	$(PY) bench/mcp_startup.py
 

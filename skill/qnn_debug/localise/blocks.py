@@ -129,7 +129,6 @@ def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
     t0 = time.monotonic()
     work = out / "blocks"
     work.mkdir(exist_ok=True)
-    known = set(values)
     shapes = {n: (list(np.asarray(v).shape), _elem(v, types.get(n))) for n, v in values.items()}
     target_made = {o for n in target.graph.node for o in n.output}
     outs_per_block = [[o for o in rb.outputs if o in target_made] for rb in ref_blocks]
@@ -137,21 +136,13 @@ def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
     all_types = {**tensor_elem_types(target), **types}
     blocks_stage = _stage(work, "blocks", target, reference, [tb.positions for tb in tgt_blocks],
                           [rb.positions for rb in ref_blocks], outs_per_block, shapes, values, op_types, all_types)
-    t_feeders, r_feeders = Feeders(target, known), Feeders(reference, known)
-    ref_pos = {o: i for i, n in enumerate(reference.graph.node) for o in n.output}
-    judged = {p.name for p in plan if p.kind != "input"}
-    ops_stages = []
-    for k, tb in enumerate(tgt_blocks):
-        pieces, ref_pieces, piece_outs = [], [], []
-        for pos in tb.positions:
-            outs = [o for o in target.graph.node[pos].output if o in judged and o in ref_pos]
-            if not outs:
-                continue
-            pieces.append(t_feeders.piece(pos))
-            ref_pieces.append(r_feeders.piece(ref_pos[outs[0]]))
-            piece_outs.append(outs)
-        ops_stages.append(_stage(work, f"ops{k:03d}", target, reference, pieces, ref_pieces, piece_outs, shapes, values,
-                                 op_types, all_types) if pieces else None)
+    judged = sorted(p.name for p in plan if p.kind != "input")
+    keys = {n: f"v{i}" for i, n in enumerate(values)}
+    np.savez(work / "reference_values.npz", **{keys[n]: np.asarray(v) for n, v in values.items()})  # type: ignore[arg-type]
+    ops_job = {"work": str(work), "target": str(Path(request.model).resolve()),
+               "reference": str(Path(request.reference_model or request.model).resolve()),
+               "values": str(work / "reference_values.npz"), "keys": keys, "types": all_types, "judged": judged,
+               "blocks": [tb.positions for tb in tgt_blocks]}
     timings["prepare_s"] = round(time.monotonic() - t0, 3)
 
     from ..targets import qnn_ep
@@ -159,7 +150,7 @@ def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
 
     extra, disabled, _ = split_options(request.options)
     t0 = time.monotonic()
-    response = run_worker(WORKER, {"job": "blocks", "blocks": blocks_stage, "ops": ops_stages,
+    response = run_worker(WORKER, {"job": "blocks", "blocks": blocks_stage, "ops_job": ops_job,
                                    "options": qnn_ep.provider_options(request.soc_model, request.htp_arch, extra),
                                    "disabled_optimizers": disabled, "thresholds": th.model_dump(mode="json")},
                           log_path=work / "htp_blocks_worker.log", timeout=request.timeout, progress=progress,
@@ -180,7 +171,7 @@ def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
     if bad is not None:
         result.verdict = "real_bug"
         k = checks.index(bad)
-        stage = ops_stages[k]
+        stage = response.get("ops_stage")
         where = f"layer {bad.first}" if bad.first == bad.last else f"layers {bad.first}..{bad.last}"
         for piece, tensors in zip((stage or {}).get("pieces", []), response.get("ops") or [], strict=False):
             hit = next((ProbeTensor.model_validate(t) for t in tensors if t["status"] == "bad"), None)
@@ -198,6 +189,35 @@ def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
     result.elapsed_s = round(time.monotonic() - started, 3)
     atomic_write_text(out / RESULT_FILE, result.model_dump_json(indent=1))
     return result
+
+
+def ops_stage(job: dict[str, Any], k: int) -> dict[str, Any] | None:
+    """The side-by-side stage of every op of block ``k`` (built in the simulator worker, for the bad block only)."""
+    import onnx
+
+    from ..onnx_graph import ensure_node_names
+
+    target = ensure_node_names(onnx.load(job["target"]))
+    reference = ensure_node_names(onnx.load(job["reference"]))
+    stored = np.load(job["values"], allow_pickle=False)
+    values = {n: stored[key] for n, key in job["keys"].items()}
+    types = {n: int(t) for n, t in job["types"].items()}
+    shapes = {n: (list(v.shape), _elem(v, types.get(n))) for n, v in values.items()}
+    known, judged = set(values), set(job["judged"])
+    op_types = {o: n.op_type for n in reference.graph.node for o in n.output}
+    t_feeders, r_feeders = Feeders(target, known), Feeders(reference, known)
+    ref_pos = {o: i for i, n in enumerate(reference.graph.node) for o in n.output}
+    pieces, ref_pieces, piece_outs = [], [], []
+    for pos in job["blocks"][k]:
+        outs = [o for o in target.graph.node[pos].output if o in judged and o in ref_pos]
+        if outs:
+            pieces.append(t_feeders.piece(pos))
+            ref_pieces.append(r_feeders.piece(ref_pos[outs[0]]))
+            piece_outs.append(outs)
+    if not pieces:
+        return None
+    return _stage(Path(job["work"]), f"ops{k:03d}", target, reference, pieces, ref_pieces, piece_outs, shapes, values,
+                  op_types, types)
 
 
 def _stage(work: Path, tag: str, target: Any, reference: Any, pieces: list[list[int]], ref_pieces: list[list[int]],

@@ -97,12 +97,18 @@ def _blocks(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     answer["blocks_s"] = round(time.monotonic() - t0, 3)
     bad = next((i for i, piece in enumerate(answer["blocks"]) if any(t["status"] == "bad" for t in piece)), None)
     answer["first_bad_block"] = bad
-    ops = request.get("ops") or []
-    if bad is not None and bad < len(ops) and ops[bad]:
+    if bad is not None and request.get("ops_job"):
+        from ..localise.blocks import ops_stage
+
         with progress.stage("htp-sim: ops", total=None, message="htp-sim: every op of the bad block on reference inputs"):
             t0 = time.monotonic()
-            answer["ops"] = _judge_pieces(ops[bad], request, th)
-            answer["ops_s"] = round(time.monotonic() - t0, 3)
+            stage = ops_stage(request["ops_job"], bad)
+            answer["ops_prepare_s"] = round(time.monotonic() - t0, 3)
+            if stage is not None:
+                t0 = time.monotonic()
+                answer["ops_stage"] = stage
+                answer["ops"] = _judge_pieces(stage, request, th)
+                answer["ops_s"] = round(time.monotonic() - t0, 3)
     return answer
 
 
@@ -151,6 +157,7 @@ def _chunked(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     signature = _signatures(model)
     unmarkable: list[str] = []
     bad_kinds: set[tuple[str, ...]] = set()
+    worst_chunk: dict[str, Any] = {}  # the marked outputs of the chunk that moved them most
 
     def capture(names: list[str], index: int) -> None:
         """Mark ``names`` in one session; when the graph does not build, split in halves until the tensors
@@ -173,9 +180,11 @@ def _chunked(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
         wanted = [o.name for o in info.session.get_outputs()]
         got = dict(zip(wanted, _run(info.session, wanted, feeds), strict=True))
         del info
+        effect = {n: _observer_effect(got[n], unmarked[n])[0] for n in outputs}
         chunks.append({"index": index, "tensors": len(names), "first": names[0], "last": names[-1],
-                       "seconds": round(time.monotonic() - t0, 3),
-                       "observer_effect_db": {n: _observer_effect(got[n], unmarked[n])[0] for n in outputs}})
+                       "seconds": round(time.monotonic() - t0, 3), "observer_effect_db": effect})
+        if not worst_chunk or min(effect.values()) < worst_chunk["db"]:
+            worst_chunk.update(db=min(effect.values()), outputs={n: got[n] for n in outputs})
         values.update({n: got[n] for n in names if n in got and n not in unmarked})
 
     with progress.stage("htp-sim: chunks", total=len(groups), message="htp-sim: marked sessions, one chunk each") as advance:
@@ -191,7 +200,9 @@ def _chunked(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     if unmarkable:
         record.warnings.append(f"{len(unmarkable)} tensor(s) break the graph when marked and were not captured "
                                f"(their ops are judged through their consumers): {', '.join(unmarkable[:6])}")
+    record.extra["marked_outputs_file"] = "worst_chunk_outputs.npz"
     writer = RunWriter(request["out"], record, force=bool(request.get("force")))
+    np.savez(writer.dir / "worst_chunk_outputs.npz", **(worst_chunk.get("outputs") or unmarked))
     missing = write_plan(writer, capture_plan(model), values, feeds)
     if missing:
         record.warnings.append(f"{len(missing)} tensor(s) were in no chunk: {', '.join(missing[:10])}")
