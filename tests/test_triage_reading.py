@@ -203,3 +203,12 @@ def test_cases_file_outside_the_allowed_roots_is_refused(tmp_path: Path) -> None
             append_case(outside / "c.jsonl", CaseRecord(category="other", match="something else", cause="abc", fix="abc"))
     finally:
         fs.set_roots(None)
+
+
+def test_generic_op_step_gives_way_to_the_concrete_one_only() -> None:
+    named = triage_log(text="QNN validate failed for node 'n2' type 'StridedSlice', error: 3110\n")
+    assert [s.cli for s in named.next_steps if s.tool == "lookup_op_constraints"] == ["qnn-debug op StridedSlice --probe"]
+    finalize = triage_log(text="QNN graphFinalize failed! The graph contains unsupported ops\nerror code 1002\n")
+    assert [s.tool for s in finalize.next_steps] == ["triage_log", "lookup_op_constraints", "dump_qnn"]
+    garbled = triage_log(text="llm_demo config_qnn.json prompt.txt\n输出乱码\n")
+    assert garbled.next_steps[0].cli.startswith("qnn-debug llm-check ")

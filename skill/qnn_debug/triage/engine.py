@@ -373,9 +373,12 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         title = "the export stopped without a crash line (re-run under stdbuf -o0 / gdb)"
     steps = _op_steps(frame_ops) + op_steps
     steps = list({s.cli: s for s in steps}.values())[:3]
+    has_op_steps = bool(steps)
     for s in spec.next_steps:
         if scan.frames and "backtrace" in s.why:
             continue  # never ask for a backtrace the user already gave
+        if has_op_steps and s.tool == "lookup_op_constraints" and s.cli is None:
+            continue  # the concrete `qnn-debug op <name>` steps above replace the generic one
         steps.append(NextStep(tool=s.tool, cli=s.cli or db.tools[s.tool], why=s.why))
     return TriageResult(
         source=label,
