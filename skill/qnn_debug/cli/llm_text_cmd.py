@@ -21,7 +21,7 @@ def llm_text_cmd(
     target_export: str | None = typer.Option(None, "--target-export", help="Another export folder, run on MNN CPU the same way."),
     target_text_file: str | None = typer.Option(None, "--target-text-file", help="Text a phone printed (UTF-8 file)."),
     target_text_arg: str | None = typer.Option(None, "--target-text", help="Text a phone printed, given inline."),
-    target_logits: str | None = typer.Option(None, "--target-logits", help=".npy [steps, vocab] logits of the text/phone target."),
+    target_logits: str | None = typer.Option(None, "--target-logits", help=".npy of the text/phone target's logits, one row per step (steps x vocab)."),
     device_model_dir: str | None = typer.Option(None, "--device-model-dir", help="Run llm_demo on the phone: folder with the config."),
     device_config: str = typer.Option("config_qnn.json", "--device-config", help="Config file name in --device-model-dir."),
     serial: str | None = typer.Option(None, "--serial", help="adb serial (default: the only device)."),
