@@ -26,9 +26,6 @@ READ_ONLY_LOCAL = ToolAnnotations(read_only_hint=True, destructive_hint=False, i
 WRITES_RUNS_MAYBE_DEVICE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                            open_world_hint=True)
 
-PhonePath = Annotated[str | None, Field(default=None, max_length=512, pattern=r"^/[A-Za-z0-9._/+-]*$",
-                                        description="absolute path on the phone")]
-
 
 def summarize_text(r: dict[str, Any]) -> str:
     return f"{r.get('verdict')}: {r.get('summary', '')} Results in {r.get('out')}."
@@ -71,16 +68,19 @@ def register(server: MCPServer) -> None:
         ctx: Context,
         roots: ClientRoots,
         prompt: Annotated[str, Field(min_length=1, max_length=4000, description="fixed prompt (one line for llm_demo)")] = "Hello",
-        max_new_tokens: Annotated[int, Field(ge=1, le=512, description="tokens to generate greedily on each side")] = 32,
+        max_new_tokens: Annotated[int, Field(ge=1, le=512, description="tokens to generate (and compare)")] = 32,
         out: OutPath = None,
         target_export: Annotated[str | None, Field(default=None, max_length=4096,
                                                    description="another export folder, run on MNN CPU the same way")] = None,
         target_text: Annotated[str | None, Field(default=None, max_length=100_000, description="text a phone printed")] = None,
-        device_model_dir: PhonePath = None,
+        device_model_dir: Annotated[str | None, Field(default=None, max_length=512, pattern=r"^/[A-Za-z0-9._/+-]*$",
+                                                      description="phone folder holding the model, its configs and "
+                                                      "llm_demo (absolute path): run the phone as the target")] = None,
         device_config: Annotated[str, Field(max_length=255, pattern=r"^[A-Za-z0-9._-]+$",
-                                           description="config file name inside device_model_dir (the NPU config)")] = "config_qnn.json",
+                                            description="config file name inside device_model_dir (the NPU one)")] = "config_qnn.json",
         serial: Serial = None,
-        llm_demo: PhonePath = None,
+        llm_demo: Annotated[str | None, Field(default=None, max_length=512, pattern=r"^/[A-Za-z0-9._/+-]*$",
+                                              description="llm_demo on the phone (default: device_model_dir/llm_demo)")] = None,
         device_logits_diff: Annotated[bool, Field(description="on the phone run MNN's llm_logits_diff between the "
                                                   "folder's config.json (CPU) and device_config (NPU): per-step logits "
                                                   "on the device itself")] = False,
