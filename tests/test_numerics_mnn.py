@@ -153,3 +153,36 @@ def test_mnn_quant_attributes_make_an_npz_quantized_and_locate_the_clipping_enco
     assert ev["model_range"] is None or ev["model_range"][1] == pytest.approx(127 * scale, rel=1e-3)
     plain = compare_paths(tmp_path / "base", tmp_path / "target.npz")
     assert plain.verdict.kind != "quantization"
+
+
+@pytest.mark.parametrize(("code", "dtype", "qmin", "qmax", "offset"), [(776, np.int8, -128, 127, 0),
+                                                                       (1046, np.uint16, 0, 65535, -32768)])
+def test_mnn_dump_with_a_narrow_fixed_point_encoding_is_quantization_with_the_manifest_encoding(
+        tmp_path: Path, code: int, dtype: type, qmin: int, qmax: int, offset: int):
+    """MNN maps quantized tensors to SFIXED_8 / UFIXED_16 with scale/offset in the manifest: an encoding covering a
+    quarter of the data is located at that tensor with the manifest's own scale and offset."""
+    from doubles.mnn_formats import nchw_to_qnn, write_dump
+
+    model = deconv_bn_relu_net(cin=4, cout=8, size=8, kernel=2, seed=3)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    x = np.random.default_rng(4).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    run_baseline(tmp_path / "m.onnx", tmp_path / "base", inputs=tmp_path / "in.npz")
+    mnn = _mnn_model(tmp_path / "base")
+    m = read_mnn_model(mnn)
+    ref = load_run(tmp_path / "base" / "reference")
+    r = np.asarray(ref.array("up_relu"), dtype=np.float64)
+    scale = float(np.abs(r).max()) / 4 / (qmax + offset if offset else qmax)  # the range covers a quarter
+    q = np.clip(np.round(r / scale) - offset, qmin, qmax).astype(dtype)
+    idx = m.tensor_index("up_relu")
+    write_dump(tmp_path / "dump", 0, [(f"t{idx}", nchw_to_qnn(q), code, 0, scale, offset)])
+    res = CliRunner().invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "dump"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    v = out["verdict"]
+    assert (v["kind"], v["pattern"]) == ("quantization", "encoding_range"), v["summary"]
+    assert out["first_failing"]["tensor"] == "up_relu"
+    ev = v["evidence"]["encoding_range"]
+    assert ev["encoding_source"] == "target" and ev["device_offset"] == offset
+    assert ev["device_scale"] == pytest.approx(scale, rel=1e-5)
+    assert ev["reference_outside_share"] > 0.02
