@@ -1,10 +1,17 @@
 """Print triage accuracy on real logs, in-sample and held-out separately: ``python tests/triage_accuracy.py``.
 
-``fixtures/triage_corpus`` holds the in-sample logs (signatures may be written against them);
-``fixtures/triage_heldout`` holds a fifth of the corpus chosen at random with a fixed seed before any
-signature was written for the new logs, and never tuned on. Each ``manifest.json`` gives the expected
-category and the source URL of every log. Held-out misses are listed only with ``--show-heldout`` so that
-reading the script's output while editing signatures does not leak the held-out part into them.
+``fixtures/triage_corpus`` holds the in-sample logs (signatures may be written against them). It includes the 19
+logs of the first held-out round: once their misses had been read they could no longer serve as held-out, so they
+were moved in-sample.
+
+``fixtures/triage_heldout`` is a fresh held-out set of 24 real logs from public threads that are in neither folder
+(ExecuTorch QNN, ONNX Runtime QNN EP and apps built on it, QNN SDK tools, MNN, llama.cpp's Hexagon backend, mllm,
+PowerServe). They were collected and labelled from what each thread established, and committed, before any
+signature or engine change of that round; triage was run on them once, after the changes, and the figure was not
+tuned on. Each ``manifest.json`` gives the expected category and the source URL of every log.
+
+Held-out misses are listed only with ``--show-heldout``; ``--in-sample-only`` skips the held-out part entirely (use
+it while editing signatures so that the held-out figure cannot leak into them).
 """
 
 from __future__ import annotations
@@ -58,14 +65,16 @@ def _print_cases(results: list[CaseResult], misses_only: bool) -> None:
 
 def main(argv: list[str]) -> int:
     in_sample = evaluate(CORPUS)
-    held = evaluate(HELDOUT)
     _print_cases(in_sample, misses_only="--all" not in argv)
+    hits_in = sum(r.got == r.expected for r in in_sample)
+    print(f"in-sample top-1: {hits_in}/{len(in_sample)} = {top1(in_sample):.1%}")
+    if "--in-sample-only" in argv:
+        return 0 if top1(in_sample) >= GOAL_IN_SAMPLE else 1
+    held = evaluate(HELDOUT)
     if "--show-heldout" in argv:
         print("held-out cases:")
         _print_cases(held, misses_only=False)
-    hits_in = sum(r.got == r.expected for r in in_sample)
     hits_held = sum(r.got == r.expected for r in held)
-    print(f"in-sample top-1: {hits_in}/{len(in_sample)} = {top1(in_sample):.1%}")
     print(f"held-out  top-1: {hits_held}/{len(held)} = {top1(held):.1%}  (goal {GOAL_HELDOUT:.0%})")
     return 0 if top1(in_sample) >= GOAL_IN_SAMPLE else 1
 
