@@ -236,7 +236,7 @@ def _blank_noise(scan: _Scan, text: str, base: int, present: set[str]) -> str:
 def _match(scan: _Scan, sig: Signature, text: str, base: int) -> None:
     state = scan.sig.setdefault(sig.id, _SigState())
     for m in islice(sig.regex.finditer(text), MAX_COUNTED_MATCHES):
-        if not _value_ok(sig, m):
+        if not _value_ok(sig, m) or not sig.context_ok(text, m.start()):
             continue
         state.count += 1
         if len(state.evidence) < MAX_EVIDENCE_PER_SIGNATURE:

@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, model_validator
 
 DATA_FILE = Path(__file__).resolve().parent.parent / "data" / "triage_signatures.json"
+BEFORE_CHARS = 48
 
 CATEGORIES: tuple[str, ...] = (
     "finalize_failed_1002",
@@ -52,12 +53,18 @@ class Signature(BaseModel):
     prefilter: str | None = Field(default=None, description="cheap regex that must match before the full pattern runs")
     min_value: float | None = Field(default=None, description="named group 'value' must be > this")
     max_value: float | None = Field(default=None, description="named group 'value' must be <= this")
+    before: str | None = Field(default=None, description=(
+        "regex the text just before a match must satisfy (searched in the preceding BEFORE_CHARS characters, "
+        "ending with \\Z). Lets a pattern start with a literal (an error number) and still require its context: "
+        "a pattern that starts with a case-insensitive alternation is tried at every position of a 4 MiB chunk"))
 
     @model_validator(mode="after")
     def _check(self) -> Signature:
         if self.category not in CATEGORIES:
             raise ValueError(f"signature {self.id}: unknown category {self.category}")
         re.compile(self.pattern)
+        if self.before is not None and not self.before.endswith("\\Z"):
+            raise ValueError(f"signature {self.id}: 'before' must end with \\Z (it is matched right before the hit)")
         if not self.anchors and not self.needs_non_ascii:
             raise ValueError(f"signature {self.id}: needs anchors (or needs_non_ascii)")
         return self
@@ -69,6 +76,12 @@ class Signature(BaseModel):
     @property
     def prefilter_regex(self) -> re.Pattern[str]:
         return _compiled(self.prefilter or "", 0)
+
+    def context_ok(self, text: str, start: int) -> bool:
+        """True when the text right before ``start`` satisfies ``before`` (always true without one)."""
+        if self.before is None:
+            return True
+        return _compiled(self.before, 0).search(text[max(0, start - BEFORE_CHARS) : start]) is not None
 
 
 class Noise(BaseModel):
