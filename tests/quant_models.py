@@ -69,3 +69,16 @@ def activation_points(model: onnx.ModelProto) -> list[str]:
     """Float tensors with an activation QuantizeLinear, in graph order."""
     inits = {i.name for i in model.graph.initializer}
     return [n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in inits]
+
+
+def inherit_encoding(model: onnx.ModelProto, tensor: str, donor: str) -> onnx.ModelProto:
+    """The activation QuantizeLinear of ``tensor`` (and the DequantizeLinear nodes reading it) use ``donor``'s
+    scale and zero point: an exporter that gives a Mul output (SwiGLU gate*up) one operand's encoding."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    q = {n.input[0]: n for n in m.graph.node if n.op_type == "QuantizeLinear"}
+    mine, theirs = q[tensor], q[donor]
+    swap = {mine.input[1]: theirs.input[1], mine.input[2]: theirs.input[2]}
+    for n in [mine, *(n for n in m.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == mine.output[0])]:
+        n.input[1], n.input[2] = swap[n.input[1]], swap[n.input[2]]
+    return m

@@ -105,3 +105,35 @@ async def test_mcp_compare_sees_the_clipped_encoding(quant_case: dict):
     v = got["result"]["verdict"]
     assert (v["kind"], v["pattern"]) == ("quantization", "encoding_range"), v["summary"]
     assert got["result"]["first_failing"]["tensor"] == quant_case["shrunk_tensor"]
+
+
+def test_swiglu_mul_output_with_an_operand_scale_is_quantization_at_the_mul(tmp_path: Path):
+    """The LLM exporter case: an A16W8 decoder whose SwiGLU product reuses the `up` operand's encoding saturates at
+    a few outlier elements (0.2 % here) that carry most of the error."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantType
+    from onnxruntime.quantization import quantize as ort_quantize
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
+    from numerics_models import decoder_llm, token_ids
+    from quant_models import inherit_encoding
+
+    onnx.save(decoder_llm(hidden=64, layers=1, big_value=3.0, tokens=16), str(tmp_path / "f.onnx"))
+    ids = token_ids(16, 96, 1)
+    np.savez(tmp_path / "in.npz", ids=ids)
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.data = iter([{"ids": ids}, {"ids": token_ids(16, 96, 2)}])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.data, None)
+
+    cfg = get_qnn_qdq_config(str(tmp_path / "f.onnx"), Calibration(), activation_type=QuantType.QUInt16,
+                             weight_type=QuantType.QUInt8)
+    ort_quantize(str(tmp_path / "f.onnx"), str(tmp_path / "q.onnx"), cfg)
+    onnx.save(inherit_encoding(onnx.load(str(tmp_path / "q.onnx")), "l0_act", "l0_up"), str(tmp_path / "bug.onnx"))
+    run_baseline(tmp_path / "q.onnx", tmp_path / "base", inputs=tmp_path / "in.npz", mnn_gate=False)
+    r = compare_paths(tmp_path / "base", _as_npz(tmp_path, tmp_path / "bug.onnx", "htp"))
+    assert (r.verdict.kind, r.verdict.pattern) == ("quantization", "encoding_range"), r.verdict.summary
+    assert r.first_failing is not None and r.first_failing.tensor == "l0_act" and r.first_failing.op_type == "Mul"
+    assert any("Mul output" in s for s in r.next_steps)
