@@ -49,6 +49,7 @@ bench: setup
 	$(PY) bench/llm_block.py
 	$(PY) bench/compare_scale.py
 	$(PY) bench/mcp_startup.py
+	$(PY) bench/triage_codes.py
 
 clean:
 	rm -rf $(VENV) demo-runs qnn-debug-runs .pytest_cache .mypy_cache .ruff_cache
