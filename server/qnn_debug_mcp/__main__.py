@@ -38,6 +38,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="How long baseline/dump_qnn/diagnose wait before answering with a job id (default 20).")
     p.add_argument("--device-timeout", type=float, default=30.0, metavar="S",
                    help="Limit for one adb query by list_devices/probe_device (default 30).")
+    p.add_argument("--call-timeout", type=float, default=60.0, metavar="S",
+                   help="Per-call limit of quick tools (triage_log, lookup_op_constraints, toggle_shapeMutable, "
+                   "check_llm_export, adb queries); their work is killed, never left running (default 60).")
+    p.add_argument("--stall-timeout", type=float, default=600.0, metavar="S",
+                   help="Stop an engine run or job that used no CPU and printed nothing for this long: blocked on "
+                   "I/O (default 600; the overall engine limit stays 3600).")
     p.add_argument("--version", action="version", version=f"qnn-debug-mcp {__version__}")
     return p.parse_args(argv)
 
@@ -56,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
 
     config = ServerConfig(roots=[r.resolve() for r in roots], exec_roots=[r.resolve() for r in exec_roots],
                           http=args.http, adb=args.adb, background_wait_s=max(0.0, args.background_wait),
-                          device_timeout_s=max(1.0, args.device_timeout))
+                          device_timeout_s=max(1.0, args.device_timeout),
+                          quick_timeout_s=max(1.0, args.call_timeout), stall_timeout_s=max(1.0, args.stall_timeout))
     server = build_server(config)
     try:
         if args.http:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from qnn_debug.errors import QnnDebugError
 
+from .child_call import call_in_child
 from .engine import run_engine
 from .errors import from_engine, tool_error
 from .outputs import new_run_dir
@@ -133,15 +134,17 @@ def relay(ctx: Context) -> ProgressRelay:
     return ProgressRelay(ctx.report_progress)
 
 
-async def quick(fn: Callable[..., T], *args: Any, limit_s: float, what: str, **kwargs: Any) -> T:
-    """Run a synchronous engine function in a worker thread, bounded, with engine errors as ToolErrors."""
+async def quick(ctx: Context, fn: Callable[..., T], *args: Any, limit_s: float, what: str,
+                roots: Sequence[Path] | None = None, **kwargs: Any) -> T:
+    """Run a quick engine function in a killable child process (see :mod:`.child_call`), confined to
+    ``roots`` (default: the operator's ``--root`` folders) and bounded by ``limit_s``: on timeout or
+    cancel the child and everything it started are killed before this returns, never left running."""
+    cfg = app_state(ctx).config
     try:
-        with anyio.fail_after(limit_s):
-            return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), abandon_on_cancel=True)
+        return await call_in_child(fn, *args, limit_s=limit_s, what=what, roots=list(roots or cfg.roots),
+                                   python=cfg.python, **kwargs)
     except QnnDebugError as e:
         raise from_engine(e) from None
-    except TimeoutError:
-        raise tool_error(f"{what} did not answer within {limit_s:.0f} s", "check the device/connection and retry") from None
 
 
 async def engine(ctx: Context, command: list[str], *, timeout: float | None = None) -> dict[str, Any]:
@@ -149,7 +152,7 @@ async def engine(ctx: Context, command: list[str], *, timeout: float | None = No
     config = app_state(ctx).config
     try:
         return await run_engine(config.python, confined(ctx, command), on_progress=relay(ctx),
-                                timeout=timeout or config.long_timeout_s)
+                                timeout=timeout or config.long_timeout_s, stall_s=config.stall_timeout_s)
     except QnnDebugError as e:
         raise from_engine(e) from None
 

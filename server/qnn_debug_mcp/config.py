@@ -34,7 +34,11 @@ class ServerConfig(BaseModel):
         description="Automatic jobs (baseline, dump_qnn, diagnose) wait this long for a result before "
         "returning only the job id, so small models still answer in one call.",
     )
-    quick_timeout_s: float = Field(default=60.0, gt=0, description="Limit for in-process engine calls.")
+    quick_timeout_s: float = Field(default=60.0, gt=0, description="Per-call limit of a quick tool (triage, op lookup, "
+                                   "toggle, adb queries; some allow a small multiple): its child is killed after it.")
+    stall_timeout_s: float = Field(default=600.0, gt=0, description="An engine run (inline or job) that uses no CPU and "
+                                   "prints nothing for this long is blocked on I/O and is stopped, well before "
+                                   "long_timeout_s.")
     device_timeout_s: float = Field(default=30.0, gt=0, description="Limit for one adb query (list/probe).")
     long_timeout_s: float = Field(default=3600.0, gt=0, description="Limit for one engine CLI run.")
     max_running_jobs: int = Field(default=2, ge=1, description="Jobs beyond this wait in state 'queued'.")

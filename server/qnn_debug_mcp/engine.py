@@ -61,18 +61,20 @@ async def run_engine(
     *,
     on_progress: ProgressCallback | None = None,
     timeout: float,
+    stall_s: float | None = None,
 ) -> dict[str, Any]:
     """Run ``qnn-debug <command>`` and return its result document, or raise the engine's error
     (:class:`~qnn_debug.errors.QnnDebugError`).
 
-    Cancellation (the client's ``notifications/cancelled``, a job cancel, server shutdown) and the
-    timeout both kill the child's whole process group before this returns.
+    Cancellation (the client's ``notifications/cancelled``, a job cancel, server shutdown), the
+    timeout and a stall (``stall_s`` seconds with no CPU used by the child's process group and nothing
+    printed: blocked on I/O) all kill the child's whole process group before this returns.
     """
     argv = engine_command(python, command)
     what = f"qnn-debug {command[0]}" if command else "qnn-debug"
     child_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
-        run = await _run(argv, on_progress, timeout, child_env, what)
+        run = await _run(argv, on_progress, timeout, child_env, what, stall_s)
     except FileNotFoundError as e:
         raise TargetError(f"cannot start the engine ({e.strerror}: {argv[0]})", hint="reinstall mnn-qnn-debug") from None
     return _interpret(run, what)
@@ -84,16 +86,38 @@ async def _run(
     timeout: float,
     env: dict[str, str],
     what: str,
+    stall_s: float | None = None,
 ) -> EngineRun:
     tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
     out = bytearray()
+    stalled = False
+    seen = [0]  # stderr bytes so far (progress included): output counts as activity
     process = await anyio.open_process(
         argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env=env, start_new_session=True,
     )
     try:
         with anyio.move_on_after(timeout) as scope:
-            await _drain_until_exit(process, on_progress, out, tail)
+            async with anyio.create_task_group() as tg:
+                if stall_s is not None:
+                    async def watch() -> None:
+                        nonlocal stalled
+                        await _wait_for_stall(process.pid, stall_s, lambda: len(out) + seen[0])
+                        stalled = True
+                        tg.cancel_scope.cancel()
+
+                    tg.start_soon(watch)
+                await _drain_until_exit(process, on_progress, out, tail, seen)
+                tg.cancel_scope.cancel()
+        if stalled:
+            await _kill_group(process)
+            raise TargetError(
+                f"{what} used no CPU and printed nothing for {stall_s:.0f} s (blocked on I/O: a hung device, "
+                "adb or file system) and was stopped",
+                hint="check the device/connection or the files it reads, then retry; the limit is the server's "
+                "--stall-timeout",
+                details={"stderr_tail": list(tail)},
+            )
         if scope.cancelled_caught:
             await _kill_group(process)
             raise TargetError(
@@ -114,8 +138,46 @@ async def _run(
     return EngineRun(process.returncode if process.returncode is not None else -1, document, list(tail))
 
 
+STALL_POLL_S = 1.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def group_cpu_ticks(pgid: int) -> int | None:
+    """CPU time (clock ticks, incl. reaped children) of every process in group ``pgid``; None without /proc."""
+    total, found = 0, False
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 14 and int(fields[2]) == pgid:
+            found = True
+            total += sum(int(x) for x in fields[11:15])
+    return total if found else None
+
+
+async def _wait_for_stall(pgid: int, stall_s: float, output_seen: Callable[[], int]) -> None:
+    """Return once the group has used no CPU and printed nothing for ``stall_s`` seconds."""
+    last = (group_cpu_ticks(pgid), output_seen())
+    idle_since = anyio.current_time()
+    while True:
+        await anyio.sleep(min(STALL_POLL_S, stall_s / 4))
+        now = (group_cpu_ticks(pgid), output_seen())
+        if now != last:
+            last, idle_since = now, anyio.current_time()
+        elif anyio.current_time() - idle_since >= stall_s:
+            return
+
+
 async def _drain_until_exit(process: Process, on_progress: ProgressCallback | None, out: bytearray,
-                            tail: deque[str]) -> None:
+                            tail: deque[str], seen: list[int] | None = None) -> None:
     """Read both pipes until the child exits; a grandchild holding a pipe open cannot stall us."""
     stdout, stderr = process.stdout, process.stderr
     assert stdout is not None and stderr is not None
@@ -126,7 +188,7 @@ async def _drain_until_exit(process: Process, on_progress: ProgressCallback | No
         stdout_done.set()
 
     async def read_stderr() -> None:
-        await _pump_stderr(stderr, on_progress, tail)
+        await _pump_stderr(stderr, on_progress, tail, seen)
         stderr_done.set()
 
     async with anyio.create_task_group() as tg:
@@ -145,10 +207,13 @@ async def _collect_stdout(stream: ByteReceiveStream, out: bytearray) -> None:
             out.extend(chunk[: MAX_STDOUT_BYTES - len(out)])
 
 
-async def _pump_stderr(stream: ByteReceiveStream, on_progress: ProgressCallback | None, tail: deque[str]) -> None:
+async def _pump_stderr(stream: ByteReceiveStream, on_progress: ProgressCallback | None, tail: deque[str],
+                       seen: list[int] | None = None) -> None:
     """Progress lines go to the callback; the last other lines are kept to explain failures."""
     buf = b""
     async for chunk in stream:
+        if seen is not None:
+            seen[0] += len(chunk)
         buf += chunk
         *lines, buf = buf.split(b"\n")
         for raw in lines:

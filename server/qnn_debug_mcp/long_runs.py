@@ -70,7 +70,8 @@ async def run_long(
     command = confined(ctx, command)
 
     async def work(on_progress: ProgressCallback) -> dict[str, Any]:
-        result = await run_engine(state.config.python, command, on_progress=on_progress, timeout=limit)
+        result = await run_engine(state.config.python, command, on_progress=on_progress, timeout=limit,
+                                  stall_s=state.config.stall_timeout_s)
         return transform(result) if transform else result
 
     as_job = background if background is not None else auto_background

@@ -1,7 +1,8 @@
 """Device tools: ``list_devices`` and ``probe_device`` (quick adb queries) and ``run_on_device`` (ModuleBasic).
 
-The quick ones call the engine in a worker thread; every adb call there has its own timeout
-(``--device-timeout``), so a hung phone or adb costs seconds, not the session. ``run_on_device``
+The quick ones call the engine in a killable child process; every adb call there has its own timeout
+(``--device-timeout``) and the whole call is killed at its limit, so a hung phone or adb costs seconds,
+not the session, and leaves nothing running. ``run_on_device``
 pushes and runs binaries, so it runs the engine CLI as a child process that a cancel kills.
 """
 
@@ -16,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from qnn_debug.device.probe import ProbeResult
 
+from .. import quick_tasks
 from ..args import Background, ClientRoots, InputsPath, OutPath, PathArg
 from ..calls import app_state, engine_roots, exec_workspace, new_output, quick, respond, tool, workspace
 from ..long_runs import run_long
@@ -69,7 +71,7 @@ def register(server: MCPServer) -> None:
         prompt on the phone, offline). Call before probe_device / run_on_device / dump_qnn with
         target=device, and pass the chosen `serial` to them."""
         cfg = app_state(ctx).config
-        found = await quick(_devices, cfg.adb or "adb", cfg.device_timeout_s, limit_s=cfg.device_timeout_s + 5,
+        found = await quick(ctx, quick_tasks.devices, cfg.adb or "adb", cfg.device_timeout_s, limit_s=cfg.device_timeout_s + 5,
                             what="adb devices")
         devices = [Device.model_validate(d) for d in found["devices"]]
         ready = list(found["ready"])
@@ -96,7 +98,7 @@ def register(server: MCPServer) -> None:
         fixes it (give qnn_sdk / mnn_build / ndk, host paths, to fill them in). `ready` says whether
         run_on_device and dump_qnn target=device can work."""
         cfg = app_state(ctx).config
-        result = await quick(_probe, limit_s=cfg.device_timeout_s * 4 + 5, what="probing the phone",
+        result = await quick(ctx, quick_tasks.probe, limit_s=cfg.device_timeout_s * 4 + 5, what="probing the phone",
                              serial=serial, adb=cfg.adb or "adb", mnn_dir=mnn_dir, mode=mode, qnn_sdk=qnn_sdk,
                              mnn_build=mnn_build, ndk=ndk, timeout=cfg.device_timeout_s)
         answer = DeviceProbe(**result.model_dump(), missing_files=[f.name for f in result.missing])
@@ -152,16 +154,3 @@ def summarize_run(r: dict[str, Any]) -> str:
     fallback = (r.get("report") or {}).get("not_registered") or []
     extra = f"; {len(fallback)} op(s) ran on CPU" if fallback else ""
     return f"{status}: {r.get('reason', '')}{extra} (run directory {r.get('out')})"
-
-
-def _devices(adb: str, timeout: float) -> dict[str, Any]:
-    from qnn_debug.mnn.tasks import list_devices
-
-    return list_devices(adb=adb, timeout=timeout).model_dump(mode="json")
-
-
-def _probe(**kwargs: Any) -> ProbeResult:
-    from qnn_debug.mnn.tasks import probe
-
-    result: ProbeResult = probe(**kwargs)
-    return result

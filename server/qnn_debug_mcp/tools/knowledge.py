@@ -1,8 +1,8 @@
 """Knowledge tools: ``triage_log``, ``lookup_op_constraints``, ``toggle_shapeMutable``.
 
-They only read small files or tables, so they run in a worker thread of the server process (no
-MNN, no onnxruntime) and answer in well under a second. The one exception, the op probe on the HTP
-simulator, loads onnxruntime-qnn and therefore runs as an engine child process.
+They only read files or tables (no MNN, no onnxruntime), each in a short-lived child process that the
+per-call limit (``--call-timeout``) or a cancel kills (see ``child_call``); the op probe on the HTP
+simulator loads onnxruntime-qnn and runs as an engine CLI child process.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from typing import Annotated
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -19,8 +18,9 @@ from qnn_debug.mnn.soc import DEFAULT_SOC, default_soc_help
 from qnn_debug.ops.models import OpConstraints
 from qnn_debug.triage.models import TriageResult
 
+from .. import quick_tasks
 from ..args import ClientRoots, PathArg
-from ..calls import app_state, engine, engine_roots, quick, respond, tool, workspace
+from ..calls import app_state, engine, quick, respond, tool, workspace
 from ..errors import tool_error
 from ..playbooks import playbook_uri
 
@@ -29,7 +29,6 @@ EDITS_TESTDIR = ToolAnnotations(read_only_hint=False, destructive_hint=True, ide
 ProbeShape = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[0-9x]+(:[a-z0-9]+)?(=[-0-9.,eE+]*)?$")]
 MAX_LOG_CHARS = 2_000_000
 CASES_FILE = "qnn-debug-cases.jsonl"
-IN_PROCESS_LOG_BYTES = 16 << 20  # smaller logs are triaged in a worker thread (fast); bigger ones in a child
 
 
 class ShapeMutableChange(BaseModel):
@@ -82,18 +81,9 @@ def register(server: MCPServer) -> None:
             cases = str(ws.resolve(CASES_FILE, what="cases_path", kind="file"))
         if log_path is not None:
             path = ws.resolve(log_path, what="log_path", kind="file")
-            if path.stat().st_size <= IN_PROCESS_LOG_BYTES:
-                result = await quick(_triage, str(path), None, cases, limit_s=limit, what="triage")
-            else:  # a big log is scanned in a child process, so a timeout or cancel really stops the scan
-                cmd = ["triage", str(path), *(["--cases", cases] if cases else []), *engine_roots(ctx, ws)]
-                try:
-                    doc = await engine(ctx, cmd, timeout=limit)
-                except ToolError as e:
-                    raise tool_error(f"triage of {log_path[:200]!r} failed: {str(e).rstrip('.')}",
-                                     "pass the failing part of the log as log_text") from None
-                result = TriageResult.model_validate(doc)
+            result = await quick(ctx, quick_tasks.triage, str(path), None, cases, limit_s=limit, what="triage", roots=ws.roots)
         else:
-            result = await quick(_triage, None, log_text, cases, limit_s=limit, what="triage")
+            result = await quick(ctx, quick_tasks.triage, None, log_text, cases, limit_s=limit, what="triage", roots=ws.roots)
         answer = TriageAnswer(**result.model_dump(), playbook_uri=playbook_uri(result.playbook))
         summary = f"{result.category} (confidence {result.confidence:.2f}): {result.title}"
         if answer.playbook_uri:
@@ -132,7 +122,7 @@ def register(server: MCPServer) -> None:
                 cmd += ["--attr", f"{key}={value}"]
             result = OpConstraints.model_validate(await engine(ctx, cmd, timeout=cfg.quick_timeout_s * 5))
         else:
-            result = await quick(_lookup, op, limit_s=cfg.quick_timeout_s, what="op lookup")
+            result = await quick(ctx, quick_tasks.lookup, op, limit_s=cfg.quick_timeout_s, what="op lookup")
         summary = f"{result.query} [{', '.join(result.kinds)}]: " + "; ".join(
             f"MNN {m.optype} ({m.number}) -> {', '.join(m.qnn_ops) or 'no QNN implementation'}" for m in result.mnn)
         summary += f"; {len(result.facts)} facts"
@@ -158,29 +148,12 @@ def register(server: MCPServer) -> None:
         verdict input_not_copied); false fixes that. The file is rewritten atomically and the
         previous version kept as input.json.bak; setting the value it already has changes
         nothing. Then re-run with run_on_device (testdir=...)."""
-        folder = workspace(ctx, roots).resolve(test_dir, what="test_dir", kind="dir")
-        done = await quick(_toggle, str(folder), value, limit_s=app_state(ctx).config.quick_timeout_s,
+        ws = workspace(ctx, roots)
+        folder = ws.resolve(test_dir, what="test_dir", kind="dir")
+        done = await quick(ctx, quick_tasks.toggle, str(folder), value, roots=ws.roots, limit_s=app_state(ctx).config.quick_timeout_s,
                            what="toggle_shapeMutable")
         answer = ShapeMutableChange.model_validate(done)
         old = "absent (default true)" if answer.old is None else str(answer.old).lower()
         text = (f"shapeMutable {old} -> {str(answer.new).lower()} in {answer.file}" if answer.changed
                 else f"shapeMutable already {str(answer.new).lower()} in {answer.file}; nothing changed")
         return respond(answer, text)
-
-
-def _lookup(op: str) -> OpConstraints:
-    from qnn_debug.ops import lookup_op_constraints
-
-    return lookup_op_constraints(op)
-
-
-def _toggle(folder: str, value: bool) -> dict[str, object]:
-    from qnn_debug.mnn.testdir import toggle_shape_mutable
-
-    return toggle_shape_mutable(folder, value).model_dump()
-
-
-def _triage(path: str | None, text: str | None, cases: str | None = None) -> TriageResult:
-    from qnn_debug.triage import triage_log
-
-    return triage_log(path, cases=cases) if path is not None else triage_log(text=text, cases=cases)

@@ -1,7 +1,7 @@
 """LLM-path tools: ``check_llm_export`` (static check of an llmexport folder) and ``compare_llm_text``.
 
-The check reads a few files and walks the op list, so it runs in a worker thread of the server process
-(no MNN import) and answers in well under a second. The text comparison runs MNN's LLM runtime (and
+The check reads a few files and walks the op list (no MNN import); it runs in a killable child process
+bounded by the per-call limit. The text comparison runs MNN's LLM runtime (and
 maybe a phone) through the engine CLI as a child process, under the shared inline/job policy.
 """
 
@@ -16,6 +16,7 @@ from pydantic import Field
 
 from qnn_debug.llm.check_models import LlmCheckRequest, LlmCheckResult
 
+from .. import quick_tasks
 from ..args import Background, ClientRoots, OutPath, PathArg
 from ..calls import app_state, engine_roots, new_output, quick, respond, tool, workspace
 from ..long_runs import run_long
@@ -55,7 +56,8 @@ def register(server: MCPServer) -> None:
         folder = ws.resolve(export_dir, what="export_dir", kind="dir")
         qdir = str(ws.resolve(qnn_dir, what="qnn_dir", kind="dir")) if qnn_dir else None
         request = LlmCheckRequest(export_dir=str(folder), qnn_dir=qdir, max_history_token=max_history_token)
-        result = await quick(_check, request, limit_s=app_state(ctx).config.quick_timeout_s * 4, what="llm check")
+        result = await quick(ctx, quick_tasks.check_llm, request, limit_s=app_state(ctx).config.quick_timeout_s * 4, what="llm check",
+                             roots=ws.roots)
         errors = [f.id for f in result.findings if f.severity == "error"]
         summary = (f"{len(result.findings)} finding(s), {len(errors)} error(s)" + (f": {', '.join(errors)}" if errors else "")
                    + f"; {sum(s.npu for s in result.segments)} NPU segment(s) at KV limit {result.settings.kv_limit}")
@@ -116,9 +118,3 @@ def register(server: MCPServer) -> None:
         cmd += engine_roots(ctx, ws)
         return await run_long(ctx, tool="compare_llm_text", title=f"LLM text of {folder.name}", command=cmd,
                               background=background, auto_background=True, summarize=summarize_text)
-
-
-def _check(request: LlmCheckRequest) -> LlmCheckResult:
-    from qnn_debug.llm.check import check_llm_export
-
-    return check_llm_export(request)
