@@ -260,3 +260,67 @@ def test_an_npz_compare_target_is_bounded_by_the_reference(tmp_path: Path) -> No
     with pytest.raises(BadInputError, match="over the limit"):
         import_npz(bomb, reference=reference, out=tmp_path / "imported")
     assert not (tmp_path / "imported").exists()
+
+
+def _writer(out: Path) -> object:
+    from qnn_debug.runstore import ModelInfo, RunRecord, RunWriter
+
+    record = RunRecord(role="target", target="htp-sim", precision="fp16", soc_model=69, htp_arch=79,
+                       model=ModelInfo(path="m.onnx", sha256="0" * 64, format="onnx"))
+    return RunWriter(out, record)
+
+
+def test_swapping_a_parent_for_a_link_after_the_claim_cannot_redirect_writes(confined: tuple[Path, Path]) -> None:
+    """The claimed run folder is held by a descriptor: a parent replaced by a link to the outside (with a
+    ready-made look-alike run folder there) after validation does not move a single write."""
+    from qnn_debug.runstore import RunWriter, load_run
+
+    root, outside = confined
+    (root / "runs").mkdir()
+    writer = _writer(root / "runs" / "r1")
+    assert isinstance(writer, RunWriter)
+    (outside / "r1" / "tensors").mkdir(parents=True)
+    (outside / "r1" / "logs").mkdir()
+    before = hostile.snapshot(outside)
+    (root / "runs").rename(root / "moved")
+    (root / "runs").symlink_to(outside, target_is_directory=True)  # the swap, between validation and use
+    writer.add_tensor("x", np.ones((2, 3), np.float32))
+    writer.add_tensor("q", np.ones((4,), np.float32), raw=np.ones((4,), np.uint8), scale=0.5, offset=0)
+    writer.write_log("worker.log", "ok")
+    writer.finish()
+    assert hostile.snapshot(outside) == before, "a write was redirected outside the root"
+    run = load_run(root / "moved" / "r1")
+    assert run.names() == ["x", "q"] and float(run.array("x").sum()) == 6.0
+    assert not fs.is_claimed(root / "moved" / "r1")
+
+
+@pytest.mark.parametrize("sub", ["tensors", "logs"])
+def test_a_subfolder_swapped_for_a_link_is_refused_typed(confined: tuple[Path, Path], sub: str) -> None:
+    from qnn_debug.runstore import RunWriter
+
+    root, outside = confined
+    writer = _writer(root / "r2")
+    assert isinstance(writer, RunWriter)
+    before = hostile.snapshot(outside)
+    (root / "r2" / sub).rmdir()
+    (root / "r2" / sub).symlink_to(outside, target_is_directory=True)
+    with pytest.raises(BadInputError, match="symbolic link") as err:
+        if sub == "tensors":
+            writer.add_tensor("x", np.ones((2,), np.float32))
+        else:
+            writer.write_log("w.log", "text")
+    assert err.value.hint
+    assert hostile.snapshot(outside) == before
+
+
+def test_a_final_name_planted_as_a_link_in_a_claimed_folder_is_replaced(confined: tuple[Path, Path]) -> None:
+    root, outside = confined
+    out = fs.claim_dir(root / "r3")
+    (out / "report.json").symlink_to(outside / "secret.txt")
+    fs.atomic_write_text(out / "report.json", "{}")
+    assert (outside / "secret.txt").read_text() == "SECRET"
+    assert not (out / "report.json").is_symlink() and (out / "report.json").read_text() == "{}"
+    with pytest.raises(BadInputError, match="already exists"):
+        fs.open_new(out / "report.json")
+    fs.release_dir(out)
+    assert not fs.is_claimed(out)

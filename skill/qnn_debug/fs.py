@@ -276,8 +276,78 @@ def strict_json(data: Any, *, indent: int | None = 1) -> str:
         raise BadInputError(f"refusing to write non-standard JSON: {e}", hint="pass finite numbers") from None
 
 
+# Folders this process claimed (real path -> O_DIRECTORY descriptor opened once at claim time). Every write
+# below one of them goes through the descriptor (``dir_fd`` opens, ``O_NOFOLLOW`` on every component,
+# rename within the descriptor), so swapping the folder, a parent or a subfolder for a symbolic link after
+# the claim cannot redirect a write: it lands in the folder we claimed or is refused.
+_claimed: dict[Path, int] = {}
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _claimed_parts(path: str | os.PathLike[str]) -> tuple[int, Path, list[str]] | None:
+    """The claimed folder holding ``path`` (lexically), its descriptor and the components below it."""
+    if not _claimed:
+        return None
+    p = Path(os.path.abspath(os.fspath(path)))
+    best: tuple[int, Path, list[str]] | None = None
+    for base, fd in _claimed.items():
+        if p.is_relative_to(base) and (best is None or len(base.parts) > len(best[1].parts)):
+            best = (fd, base, list(p.relative_to(base).parts))
+    return best
+
+
+def _walk_at(base_fd: int, base: Path, parts: Sequence[str], *, create: bool, what: str) -> int:
+    """A new descriptor of the folder ``base/parts`` reached from ``base_fd`` without following any link."""
+    fd = os.dup(base_fd)
+    try:
+        for i, part in enumerate(parts):
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as e:
+                shown = base.joinpath(*parts[: i + 1])
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise BadInputError(f"{what}: {shown} inside the claimed output folder {base} is a symbolic link "
+                                        "or not a folder (changed after the folder was claimed)",
+                                        hint="something replaced a folder of the run; start the run again in a new "
+                                        "output directory") from None
+                raise os_error(e, shown, what) from None
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _dir_fd_for(path: str | os.PathLike[str], what: str, *, create: bool = True) -> tuple[int, str, Path] | None:
+    """(descriptor of the parent folder, final name, shown path) when ``path`` lies in a claimed folder."""
+    found = _claimed_parts(path)
+    if found is None:
+        return None
+    base_fd, base, parts = found
+    if not parts or parts[-1] in ("", ".", ".."):
+        return None
+    _check_name(os.fspath(path), what)
+    return _walk_at(base_fd, base, parts[:-1], create=create, what=what), parts[-1], base.joinpath(*parts)
+
+
+def _write_all_fd(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
 def make_dirs(path: str | os.PathLike[str], *, what: str = "output directory") -> Path:
     """``mkdir -p`` inside the roots: every component is checked, symlink loops and long names are typed errors."""
+    found = _claimed_parts(path)
+    if found is not None and found[2]:
+        _check_name(os.fspath(path), what)
+        os.close(_walk_at(found[0], found[1], found[2], create=True, what=what))
+        return found[1].joinpath(*found[2])
     real = real_path(path, what=what)
     try:
         real.mkdir(parents=True, exist_ok=True)
@@ -304,6 +374,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, what: str =
     and a symlink planted at ``path`` is replaced, not followed."""
     import tempfile
 
+    at = _dir_fd_for(path, what)
+    if at is not None:
+        return _atomic_write_at(*at, data, what=what)
     target = writable_path(path, what=what)
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:100]}.", suffix=".tmp")
@@ -321,12 +394,53 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, what: str =
     return target
 
 
+def _atomic_write_at(dir_fd: int, name: str, shown: Path, data: bytes, *, what: str) -> Path:
+    """The descriptor-relative form of :func:`atomic_write_bytes` (inside a claimed folder)."""
+    import secrets
+
+    tmp = f".{name[:100]}.{secrets.token_hex(6)}.tmp"
+    try:
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+        except OSError as e:
+            raise os_error(e, shown, what) from None
+        try:
+            _write_all_fd(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except OSError as e:
+            raise os_error(e, shown, what) from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    finally:
+        os.close(dir_fd)
+    return shown
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, what: str = "output file") -> Path:
     return atomic_write_bytes(path, text.encode("utf-8", errors="surrogateescape"), what=what)
 
 
 def open_new(path: str | os.PathLike[str], *, what: str = "output file") -> IO[bytes]:
     """A new file opened for writing: never an existing file or a link (``O_EXCL | O_NOFOLLOW``)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    at = _dir_fd_for(path, what)
+    if at is not None:
+        dir_fd, name, shown = at
+        try:
+            fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+        except FileExistsError:
+            raise BadInputError(f"{what} {shown} already exists", hint="write into a fresh output directory") from None
+        except OSError as e:
+            raise os_error(e, shown, what) from None
+        finally:
+            os.close(dir_fd)
+        return os.fdopen(fd, "wb")
     target = writable_path(path, what=what)
     try:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -344,37 +458,67 @@ def claim_dir(path: str | os.PathLike[str], *, what: str = "output directory", r
     existing one must be empty, then gets a claim file created with ``O_EXCL``. A second writer fails
     here, before touching a file. :func:`release_dir` removes the claim file when the output is complete.
     """
-    target = writable_path(path, what=what)
+    inside = _claimed_parts(path)
+    if inside is not None and inside[2]:  # a run folder inside a claimed folder (a baseline's reference run)
+        _check_name(os.fspath(path), what)
+        real = inside[1].joinpath(*inside[2])
+        dir_fd = _walk_at(inside[0], inside[1], inside[2], create=True, what=what)
+    else:
+        target = writable_path(path, what=what)
+        try:
+            os.mkdir(target)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise os_error(e, target, what) from None
+        real = check(target, what=what, kind="dir")
+        try:
+            dir_fd = os.open(real, _DIR_FLAGS)
+        except OSError as e:
+            raise os_error(e, target, what) from None
     try:
-        os.mkdir(target)
-    except FileExistsError:
-        pass
-    except OSError as e:
-        raise os_error(e, target, what) from None
-    real = check(target, what=what, kind="dir")
-    try:
-        fd = os.open(real / CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except FileExistsError:
-        raise BadInputError(f"{what} {real} is being written by another run", hint="choose another output directory") from None
-    except OSError as e:
-        raise os_error(e, real, what) from None
-    try:
-        os.write(fd, f"{os.getpid()}\n".encode())
-    finally:
-        os.close(fd)
-    others = [e.name for e in os.scandir(real) if e.name != CLAIM_FILE] if require_empty else []
-    if others:
-        with contextlib.suppress(OSError):
-            os.unlink(real / CLAIM_FILE)
-        raise BadInputError(f"{what} {real} is not empty ({', '.join(sorted(others)[:5])})",
-                            hint="choose a new output directory")
+        _verify_fd(dir_fd, real, what)
+        try:
+            fd = os.open(CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                         dir_fd=dir_fd)
+        except FileExistsError:
+            raise BadInputError(f"{what} {real} is being written by another run",
+                                hint="choose another output directory") from None
+        except OSError as e:
+            raise os_error(e, real, what) from None
+        try:
+            os.write(fd, f"{os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+        others = [e.name for e in os.scandir(dir_fd) if e.name != CLAIM_FILE] if require_empty else []
+        if others:
+            with contextlib.suppress(OSError):
+                os.unlink(CLAIM_FILE, dir_fd=dir_fd)
+            raise BadInputError(f"{what} {real} is not empty ({', '.join(sorted(others)[:5])})",
+                                hint="choose a new output directory")
+    except BaseException:
+        os.close(dir_fd)
+        raise
+    old_fd = _claimed.pop(real, None)
+    if old_fd is not None:
+        os.close(old_fd)
+    _claimed[real] = dir_fd
     return real
 
 
 def release_dir(path: str | os.PathLike[str]) -> None:
-    """The output in ``path`` is complete: drop the claim file."""
-    with contextlib.suppress(OSError):
-        os.unlink(Path(path) / CLAIM_FILE)
+    """The output in ``path`` is complete: drop the claim file (through the claimed descriptor) and let go."""
+    real = Path(os.path.abspath(os.fspath(path)))
+    fd = _claimed.pop(real, None)
+    if fd is None:
+        with contextlib.suppress(OSError):
+            os.unlink(Path(path) / CLAIM_FILE)
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.unlink(CLAIM_FILE, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def is_claimed(path: str | os.PathLike[str]) -> bool:
