@@ -99,3 +99,34 @@ def test_import_dump_cli(mnn_fixtures: Path, tmp_path: Path) -> None:
     assert again.exit_code == 2 and json.loads(again.stdout)["error"] == "bad_input"
     missing = runner.invoke(app, ["import-dump", str(tmp_path / "nope"), "--out", str(tmp_path / "r2"), "--json"])
     assert missing.exit_code == 2 and "does not exist" in json.loads(missing.stdout)["message"]
+
+
+@pytest.mark.parametrize("plant", ["link out", "fifo"])
+def test_host_copies_of_the_test_dir_stay_confined(mnn_fixtures: Path, build: tuple[Path, Path, Path], tmp_path: Path,
+                                                   plant: str) -> None:
+    """The host target copies the test dir through the engine's file opener: a link leading out of --root or a
+    FIFO in it is a typed error (exit 2, one JSON document), never copied or waited on."""
+    import shutil
+
+    import hostile
+
+    build_dir, libs, _ = build
+    root, outside = tmp_path, tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("SECRET")
+    shutil.copy(mnn_fixtures / "test.mnn", root / "test.mnn")
+    shutil.copytree(mnn_fixtures / "testdir", root / "testdir")
+    if plant == "fifo":
+        hostile.fifo(root / "testdir" / "extra.txt")
+    else:
+        (root / "testdir" / "extra.txt").symlink_to(outside / "secret.txt")
+    before = hostile.snapshot(outside)
+    res = subprocess.run([CLI, "run", str(root / "test.mnn"), "--target", "host", "--testdir", str(root / "testdir"),
+                          "--option", f"mnn_build_dir={build_dir}", "--option", f"qnn_lib_dir={libs}",
+                          "--out", str(root / "run"), "--root", str(root), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, (res.stdout, res.stderr[-800:])
+    doc = json.loads(res.stdout)
+    assert doc["hint"] and ("outside the allowed roots" if plant == "link out" else "not a regular file") in doc["message"]
+    assert "SECRET" not in res.stdout + res.stderr
+    assert hostile.snapshot(outside) == before

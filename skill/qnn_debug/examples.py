@@ -114,15 +114,17 @@ def quantize_for_qnn(src: str, dst: str, *, activation: str = "uint8", samples: 
     Calibration uses seeded realistic inputs of the model's static input shapes.
     """
     import os
-    import tempfile
 
     from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    from . import fs
     from .inputs import random_inputs, resolve_shapes
     from .onnx_graph import graph_inputs, load_onnx
 
+    src = str(fs.check(src, what="model to quantize", kind="file"))
+    dst = str(fs.writable_path(dst, what="quantized model"))
     specs = graph_inputs(load_onnx(src))
     shapes = resolve_shapes(specs)
     batches = iter([random_inputs(specs, shapes, seed=seed + i) for i in range(samples)])
@@ -132,7 +134,7 @@ def quantize_for_qnn(src: str, dst: str, *, activation: str = "uint8", samples: 
             return next(batches, None)
 
     act = {"uint8": QuantType.QUInt8, "uint16": QuantType.QUInt16}[activation]
-    with tempfile.TemporaryDirectory(prefix="qnn-debug-quant-") as tmp:
+    with fs.scratch("qnn-debug-quant-") as tmp:
         pre = os.path.join(tmp, "pre.onnx")
         quant_pre_process(src, pre)
         quantize(pre, dst, get_qnn_qdq_config(pre, Reader(), activation_type=act, weight_type=QuantType.QUInt8))

@@ -9,7 +9,6 @@ model and test dir into a fresh local directory, exactly like the device target 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -52,10 +51,10 @@ class LocalExecutor:
         dst = Path(target_path)
         if dst.exists():
             raise TargetError(f"{dst} already exists in a fresh run directory", hint="report this as a bug")
-        if local.is_dir():
-            shutil.copytree(local, dst)
+        if fs.check(local, what="file to run with").is_dir():
+            fs.copy_tree(local, dst, what="folder to run with")
         else:
-            shutil.copy2(local, dst)
+            fs.copy_file(local, dst, what="file to run with")
 
     def execute(self, argv: list[str], *, cwd: str, env: dict[str, str], timeout: float) -> tuple[int, str]:
         full_env = {**os.environ, **env}
@@ -72,13 +71,13 @@ class LocalExecutor:
 
     def fetch(self, target_path: str, local: Path) -> bool:
         src = Path(target_path)
-        if not src.exists():
+        if not os.path.lexists(src):
             return False
-        if src.is_dir():
-            shutil.copytree(src, local, dirs_exist_ok=True)
+        if fs.check(src, what="ModuleBasic output").is_dir():
+            fs.copy_tree(src, local, what="ModuleBasic output", exist_ok=True)
         else:
-            local.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, local)
+            fs.make_dirs(local.parent)
+            fs.copy_file(src, local, what="ModuleBasic output")
         return True
 
     def finish(self, keep: bool) -> None:
@@ -96,13 +95,13 @@ def make_executor(own: dict[str, str]) -> LocalExecutor:
     if not build:
         raise BadInputError("the host target needs an MNN build directory",
                             hint="add --option mnn_build_dir=<MNN build dir with ModuleBasic.out> (built with -DMNN_QNN=ON)")
-    build_dir = Path(build)
-    if not (build_dir / "ModuleBasic.out").is_file():
+    build_dir = fs.check(build, what="mnn_build_dir", kind="dir")
+    if not fs.check(build_dir / "ModuleBasic.out", what="ModuleBasic.out", must_exist=False).is_file():
         raise BadInputError(f"{build_dir} has no ModuleBasic.out",
                             hint="build MNN with -DMNN_BUILD_TOOLS=ON -DMNN_QNN=ON and pass that build directory")
     lib = own.get("qnn_lib_dir")
-    lib_dir = Path(lib) if lib else None
-    if lib_dir is not None and not (lib_dir / "libQnnHtp.so").is_file():
+    lib_dir = fs.check(lib, what="qnn_lib_dir", kind="dir") if lib else None
+    if lib_dir is not None and not fs.check(lib_dir / "libQnnHtp.so", what="libQnnHtp.so", must_exist=False).is_file():
         raise BadInputError(f"{lib_dir} has no libQnnHtp.so", hint="pass the directory holding the x86_64 QNN libraries")
     return LocalExecutor(build_dir, lib_dir)
 
