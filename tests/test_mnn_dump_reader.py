@@ -278,3 +278,49 @@ def test_parent_of_dump_dir_is_accepted(mnn_fixtures: Path, tmp_path: Path) -> N
     assert "c2" in run.names()
     loaded = load_run(tmp_path / "run")
     assert loaded.record.extra["manifest"] == "manifest_000000.tsv"
+
+
+@pytest.mark.parametrize("old_rows,new_rows,old_execs,stamp", [(2, 1, 3, "same"), (5, 3, 2, "reversed"),
+                                                                (6, 2, 4, "same"), (3, 2, 3, "reversed")])
+def test_stale_executions_found_by_content_when_mtimes_say_nothing(tmp_path: Path, old_rows: int, new_rows: int,
+                                                                   old_execs: int, stamp: str) -> None:
+    """An earlier, longer run copied without timestamps: its leftover execution-0 files, listed again by its later
+    manifests, mark those manifests stale; the leftovers become explicit unaligned rows with a reason, never read."""
+    d = tmp_path / "d"
+    rng = np.random.default_rng(old_rows * 10 + new_rows)
+    for e in range(old_execs):
+        write_dump(d, e, [(f"t{i}", np.full(3 + i, 100.0 + e, np.float32), 562) for i in range(old_rows)])
+    new = [rng.standard_normal(3 + i).astype(np.float32) for i in range(new_rows)]
+    write_dump(d, 0, [(f"t{i}", a, 562) for i, a in enumerate(new)])
+    for e in range(old_execs):  # mtimes carry no order: all equal, or reversed
+        _touch(d / f"manifest_{e:06d}.tsv", 1_000_000 + (0 if stamp == "same" else -0.1 * e))
+    scan = scan_dump_dir(d)
+    assert [x.stale for x in scan.executions] == [False] + [True] * (old_execs - 1)
+    run = import_mnn_dump(d, out=tmp_path / "run")
+    assert run.record.extra["execution"] == 0 and run.names() == [f"t{i}" for i in range(new_rows)]
+    np.testing.assert_array_equal(run.array(f"t{new_rows - 1}").ravel(), new[-1])
+    unaligned = run.record.extra["unaligned"]
+    assert sorted(u["file"] for u in unaligned) == sorted(
+        f"execution_000000_tensor_{i:04d}_t{i}.raw" for i in range(new_rows, old_rows))
+    assert all("not listed in manifest_000000.tsv" in u["reason"] for u in unaligned)
+    text = " ".join(run.record.warnings)
+    assert "earlier, longer run" in text and "manifest_000001.tsv" in text
+
+
+@pytest.mark.parametrize("case", ["other execution", "other tensor"])
+def test_rows_whose_files_carry_other_numbers_are_refused(tmp_path: Path, case: str) -> None:
+    d = tmp_path / "d"
+    write_dump(d, 1, [("a", np.ones(4, np.float32), 562), ("b", np.ones(4, np.float32), 562)])
+    manifest = write_dump(d, 0, [("a", np.ones(4, np.float32), 562), ("b", np.ones(4, np.float32), 562)])
+    text = manifest.read_text(encoding="utf-8")
+    if case == "other execution":
+        text = text.replace("execution_000000_tensor_0001_b.raw", "execution_000001_tensor_0001_b.raw")
+        expected = "names a file of execution 1, not 0"
+    else:
+        text = text.replace("execution_000000_tensor_0001_b.raw", "execution_000000_tensor_0000_a.raw")
+        expected = "file of tensor 0 in row index 1"
+    manifest.write_text(text, encoding="utf-8")
+    with pytest.raises(BadInputError) as caught:
+        import_mnn_dump(d, execution=0, out=tmp_path / "run")
+    assert expected in caught.value.message and "manifest_000000.tsv row 3" in caught.value.message
+    assert caught.value.hint and not (tmp_path / "run").exists()

@@ -14,8 +14,10 @@ dumped tensor, in QNN dtype and QNN layout. Facts this module encodes:
   each imported tensor records which (``TensorRecord.equivalent``, see :mod:`.equivalence`), and such
   tensors are brought to the layout of the tensor they stand for;
 - MNN never clears the dump directory and restarts numbering at 0 each run, so files of an older,
-  longer run linger: they are detected (not in the chosen manifest, or manifests older than the ones
-  before them) and reported, never silently read.
+  longer run linger: they are detected by content (raw files of execution 0 the latest manifest does not
+  list, later manifests listing exactly those tensors, file names whose execution/tensor numbers disagree
+  with their manifest and row) as well as by timestamps, and reported as explicit unaligned rows
+  (``extra["unaligned"]``) or refused, never silently read.
 """
 
 from __future__ import annotations
@@ -133,6 +135,7 @@ def scan_dump_dir(path: str | os.PathLike[str]) -> DumpDirectory:
     problems: list[str] = []
     executions = [_read_manifest(f, number, problems) for number, f in manifests]
     _mark_stale(executions, problems)
+    _mark_stale_by_content(executions, {f.name for f in p.iterdir() if _RAW_RE.match(f.name)}, problems)
     listed = {(e.number, r.file) for e in executions if not e.stale for r in e.entries}
     current_numbers = {e.number for e in executions if not e.stale}
     unlisted = []
@@ -216,6 +219,45 @@ def _mark_stale(executions: list[DumpExecution], problems: list[str]) -> None:
     if executions and executions[0].number != 0:
         problems.append(f"no manifest_000000.tsv: the dump starts at {executions[0].manifest}; "
                         "files are missing or belong to another run")
+
+
+def _mark_stale_by_content(executions: list[DumpExecution], raw_files: set[str], problems: list[str]) -> None:
+    """Find executions of an earlier, longer run from the files themselves, not their timestamps.
+
+    MNN restarts numbering at 0 and overwrites only the files it writes, so an earlier run with more
+    tensors leaves raw files of execution 0 that the latest ``manifest_000000.tsv`` does not list. A later
+    manifest listing exactly such a tensor (same index and name) was written by that earlier run: it is
+    stale even when a copy without timestamps made the mtimes useless.
+    """
+    current = [e for e in executions if not e.stale]
+    if not current:
+        return
+    first = current[0]
+    listed = {r.file for r in first.entries}
+    leftovers = {f for f in raw_files if f.startswith(f"execution_{first.number:06d}_") and f not in listed}
+    if not leftovers:
+        return
+    for e in current[1:]:
+        prefix = f"execution_{e.number:06d}_"
+        hit = next((r for r in e.entries if r.file.startswith(prefix)
+                    and f"execution_{first.number:06d}_" + r.file[len(prefix):] in leftovers), None)
+        if hit is not None:
+            e.stale = True
+            problems.append(f"{e.manifest} lists tensor {hit.name!r} (row {hit.line}) that {first.manifest} of the "
+                            "latest run does not, while its execution-0 file is still present: left over from an "
+                            "earlier, longer run")
+    stale = [i for i, e in enumerate(executions) if e.stale]
+    for i in range(min(stale, default=len(executions)), len(executions)):  # numbering is contiguous per run
+        executions[i].stale = True
+
+
+def unaligned_files(scan: DumpDirectory, chosen: DumpExecution) -> list[dict[str, str]]:
+    """Raw files numbered like the chosen execution that its manifest does not list, each with the reason:
+    reported as explicit unaligned rows, never read."""
+    prefix = f"execution_{chosen.number:06d}_"
+    listed = {r.file for r in chosen.entries}
+    return [{"file": f, "reason": f"present in the dump folder but not listed in {chosen.manifest}: left over from "
+             "an earlier, longer run (not read)"} for f in scan.unlisted_files if f.startswith(prefix) and f not in listed]
 
 
 # --- decoding ----------------------------------------------------------------------------------------------
@@ -459,6 +501,7 @@ def import_mnn_dump(
             "executions": [{"number": e.number, "manifest": e.manifest, "tensors": len(e.entries), "stale": e.stale}
                            for e in scan.executions],
             "unlisted_files": scan.unlisted_files,
+            "unaligned": unaligned_files(scan, chosen),
             **dict(extra or {}),
         },
     )
@@ -599,12 +642,19 @@ def check_dims(entry: DumpEntry) -> None:
                             hint="the manifest is damaged; re-run with a cleared dump directory")
 
 
-def row_problem(dump_dir: Path, entry: DumpEntry) -> str | None:
-    """Why one manifest row cannot be trusted (file, type, size, dims, scale), or None. Cheap: no data is read."""
+def row_problem(dump_dir: Path, entry: DumpEntry, execution: int | None = None) -> str | None:
+    """Why one manifest row cannot be trusted (file, type, size, dims, scale, numbering), or None. Cheap: no
+    data is read. ``execution``: the number of the manifest the row is in (its files carry that number)."""
     import math
 
     if not entry.file or "/" in entry.file or "\\" in entry.file or entry.file in (".", ".."):
         return f"names an unsafe file {entry.file[:100]!r}"
+    numbered = _RAW_RE.match(entry.file)
+    if numbered and execution is not None and int(numbered.group(1)) != execution:
+        return (f"names a file of execution {int(numbered.group(1))}, not {execution}: a stale or renamed "
+                "manifest mixes runs")
+    if numbered and int(numbered.group(2)) != entry.index:
+        return f"names the file of tensor {int(numbered.group(2))} in row index {entry.index}: rows and files disagree"
     try:
         count = element_count(entry)
     except BadInputError as e:
@@ -632,7 +682,7 @@ def refuse_damaged(scan: DumpDirectory, chosen: DumpExecution) -> None:
     """Raise one :class:`BadInputError` listing every damaged row of the chosen execution (file and row)."""
     problems = list(chosen.malformed)
     for entry in chosen.entries:
-        why = row_problem(Path(scan.path), entry)
+        why = row_problem(Path(scan.path), entry, chosen.number)
         if why is not None:
             problems.append(f"{chosen.manifest} row {entry.line} ({entry.name!r}, {entry.file[:100]}): {why}")
     if problems:
