@@ -39,6 +39,9 @@ def _free_port() -> int:
         return port
 
 
+TOKEN_B = "another-client's-token"
+
+
 @pytest.fixture
 def http_server(tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
     root, outside = tmp_path / "root", tmp_path / "outside"
@@ -47,7 +50,7 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
     (outside / "build").mkdir()
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "qnn_debug_mcp", "--http", "--port", str(port), "--root", str(root),
-                             "--token", TOKEN, "--background-wait", "0"],
+                             "--token", TOKEN, "--token", TOKEN_B, "--background-wait", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=root)
     try:
         deadline = time.monotonic() + 60
@@ -63,12 +66,14 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
 
 
 @asynccontextmanager
-async def session(url: str, *, roots: list[str] | None = None, token: str = TOKEN) -> AsyncIterator[Client]:
+async def session(url: str, *, roots: list[str] | None = None, token: str = TOKEN,
+                  sessionless: bool = False) -> AsyncIterator[Client]:
     async def list_roots(_: Any) -> ListRootsResult:
         return ListRootsResult(roots=[Root(uri=u) for u in roots or []])  # type: ignore[arg-type]
 
     http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    async with http, Client(streamable_http_client(url, http_client=http), mode="legacy",
+    mode: Any = "auto" if sessionless else "legacy"
+    async with http, Client(streamable_http_client(url, http_client=http), mode=mode,
                             list_roots_callback=list_roots if roots is not None else None) as client:
         yield client
 
@@ -149,3 +154,22 @@ async def test_jobs_and_reports_belong_to_their_session(http_server: tuple[str, 
             await mallory.read_resource(uri)
         listed = {str(r.uri) for r in (await mallory.list_resources()).resources}
         assert uri not in listed
+
+
+async def test_sessionless_clients_are_kept_apart_by_their_token(http_server: tuple[str, Path, Path]) -> None:
+    """Without sessions the bearer token is the identity: another token's client cannot follow, cancel or list
+    a job; a second connection with the same token is the same client and can."""
+    url, _, _ = http_server
+    async with session(url, sessionless=True) as alice, session(url, sessionless=True, token=TOKEN_B) as bob:
+        job = ok(await alice.call_tool("lookup_op_constraints", {"op": "Conv"}))["query"]
+        assert job == "Conv"
+        started = ok(await alice.call_tool("baseline", {"model": "cnn.onnx", "mnn_gate": False, "background": True}))
+        job_id = started["job_id"]
+        for tool in ("job_status", "job_result", "job_cancel"):
+            text = error_text(await bob.call_tool(tool, {"job_id": job_id}))
+            assert "no job with id" in text and "Next step" in text
+        async with session(url, sessionless=True) as alice_again:
+            with anyio.fail_after(120):
+                done = ok(await alice_again.call_tool("job_result", {"job_id": job_id, "wait_s": 100}))
+        assert done["state"] == "succeeded"
+        assert ok(await bob.call_tool("lookup_op_constraints", {"op": "Relu"}))["query"] == "Relu"

@@ -27,8 +27,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--http", action="store_true", help="Serve streamable HTTP at http://HOST:PORT/mcp instead of stdio.")
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1, local only).")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT}).")
-    p.add_argument("--token", default=None, metavar="TOKEN",
-                   help="HTTP bearer token clients must send (default: $QNN_DEBUG_MCP_TOKEN, else a new one printed to stderr).")
+    p.add_argument("--token", action="append", default=[], metavar="TOKEN",
+                   help="HTTP bearer token clients must send (repeatable: one per client; jobs and reports belong to "
+                   "the token that made them; default: $QNN_DEBUG_MCP_TOKEN, else a new one printed to stderr).")
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                    help="Extra Origin allowed to call over HTTP, e.g. http://localhost:6274 for a browser client (repeatable).")
     p.add_argument("--allow-host", action="append", default=[], metavar="HOST:PORT",
@@ -87,16 +88,17 @@ def serve_http(server: Any, args: argparse.Namespace) -> None:
 
     from .http_guard import TOKEN_ENV, HttpGuard, allowed_hosts, allowed_origins, new_token
 
-    token = args.token or os.environ.get(TOKEN_ENV) or new_token()
-    if not (args.token or os.environ.get(TOKEN_ENV)):
-        sys.stderr.write(f"qnn-debug-mcp: HTTP bearer token (send 'Authorization: Bearer <token>'): {token}\n")
+    tokens: list[str] = list(args.token) or ([os.environ[TOKEN_ENV]] if os.environ.get(TOKEN_ENV) else [])
+    if not tokens:
+        tokens = [new_token()]
+        sys.stderr.write(f"qnn-debug-mcp: HTTP bearer token (send 'Authorization: Bearer <token>'): {tokens[0]}\n")
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         sys.stderr.write(f"qnn-debug-mcp: serving on {args.host}: anyone who can reach it and has the token can run tools\n")
     hosts = allowed_hosts(args.host, args.port, args.allow_host)
     origins = allowed_origins(hosts, args.allow_origin)
     security = TransportSecuritySettings(allowed_hosts=hosts, allowed_origins=origins)
     app = server.streamable_http_app(transport_security=security, host=args.host)
-    guarded = HttpGuard(app, token=token, hosts=hosts, origins=origins)
+    guarded = HttpGuard(app, token=tokens, hosts=hosts, origins=origins)
     config = uvicorn.Config(guarded, host=args.host, port=args.port, log_level="warning")
     anyio.run(uvicorn.Server(config).serve)
 

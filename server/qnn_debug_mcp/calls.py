@@ -46,17 +46,22 @@ def app_state(ctx: Context) -> AppState:
 
 
 def caller(ctx: Context) -> str:
-    """Who is calling, for job and report ownership: the HTTP session (``Mcp-Session-Id``, which the server
-    issued and only that client knows), or "local" for stdio and in-process clients (one client per server).
-    Sessionless HTTP requests (the 2026-07-28 era) share the key "http"; their job ids stay unguessable."""
+    """Who is calling, for job and report ownership. Over HTTP: the bearer token's identity (a hash; each
+    ``--token`` is one client) plus the HTTP session (``Mcp-Session-Id``, which the server issued and only
+    that client knows) when there is one — so sessionless requests (the 2026-07-28 era) are kept apart by
+    their token, and a session id is useless with another token. "local" for stdio and in-process clients
+    (one client per server)."""
     try:
         headers = ctx.headers
     except Exception:  # no request context: an in-process call
         headers = None
     if headers is None:
         return "local"
+    from .http_guard import token_identity
+
+    who = f"token:{token_identity(headers) or 'none'}"
     session = headers.get("mcp-session-id")
-    return f"session:{session}" if session else "http"
+    return f"{who}/session:{session}" if session else who
 
 
 async def client_roots(ctx: Context) -> ListRoots | ListRootsResult | None:

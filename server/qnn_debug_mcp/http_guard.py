@@ -5,13 +5,19 @@ request must carry ``Authorization: Bearer <token>``: the operator's ``--token``
 ``QNN_DEBUG_MCP_TOKEN`` variable), otherwise one generated at start and printed to stderr. Requests
 whose ``Host`` is not the address we serve, or whose ``Origin`` is not one we allow, are refused before
 the MCP layer sees them (the SDK's own transport check runs as well).
+
+Several tokens may be configured (``--token`` repeated), one per client: the token a request carries is
+its identity (:func:`token_identity`, a hash, never the token), and jobs and report resources belong to
+it — for sessionless requests it is the only identity there is, so two clients that must not see each
+other's jobs need two tokens.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
@@ -23,6 +29,18 @@ LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 
 def new_token() -> str:
     return secrets.token_urlsafe(32)
+
+
+def bearer(headers: Mapping[str, str]) -> str | None:
+    """The bearer token of a request's ``Authorization`` header, if any."""
+    scheme, _, given = (headers.get("authorization") or "").partition(" ")
+    return given.strip() if scheme.lower() == "bearer" and given.strip() else None
+
+
+def token_identity(headers: Mapping[str, str]) -> str | None:
+    """Who a request is, by the token it carries: a short hash (tokens never appear in keys or logs)."""
+    token = bearer(headers)
+    return hashlib.sha256(token.encode()).hexdigest()[:24] if token else None
 
 
 def allowed_hosts(host: str, port: int, extra: Iterable[str] = ()) -> list[str]:
@@ -40,9 +58,9 @@ def allowed_origins(hosts: Iterable[str], extra: Iterable[str] = ()) -> list[str
 class HttpGuard:
     """ASGI middleware: Host, Origin and bearer-token checks on every HTTP request."""
 
-    def __init__(self, app: ASGIApp, *, token: str, hosts: Iterable[str], origins: Iterable[str]):
+    def __init__(self, app: ASGIApp, *, token: str | Iterable[str], hosts: Iterable[str], origins: Iterable[str]):
         self.app = app
-        self._token = token.encode()
+        self._tokens = [t.encode() for t in ([token] if isinstance(token, str) else token)]
         self._hosts = set(hosts)
         self._origins = set(origins)
 
@@ -65,9 +83,8 @@ class HttpGuard:
         origin = headers.get("origin")
         if origin is not None and origin not in self._origins:
             return 403, "Origin not allowed", {}
-        auth = headers.get("authorization", "")
-        scheme, _, given = auth.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self._token):
+        given = (bearer(headers) or "").encode()
+        if not any(hmac.compare_digest(given, t) for t in self._tokens):
             return 401, "missing or wrong bearer token (see the server's stderr or --token)", {
                 "WWW-Authenticate": 'Bearer realm="qnn-debug-mcp"'}
         return None
