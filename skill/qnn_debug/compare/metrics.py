@@ -131,7 +131,8 @@ class ErrorStats:
             np.subtract(_widen_fp16(np.ascontiguousarray(t), d), rr, out=d)
         else:
             np.subtract(np.asarray(t, dtype=dtype) if t.dtype != dtype else t, rr, out=d)
-        sd, sr, srd = float(np.dot(d, d)), float(np.dot(rr, rr)), float(np.dot(rr, d))
+        with np.errstate(over="ignore", invalid="ignore"):  # float32 overflow is caught just below
+            sd, sr, srd = float(np.dot(d, d)), float(np.dot(rr, rr)), float(np.dot(rr, d))
         if not (math.isfinite(sd) and math.isfinite(sr) and math.isfinite(srd)):
             self._update_masked(np.asarray(t, dtype=np.float64), np.asarray(r, dtype=np.float64))
             return
