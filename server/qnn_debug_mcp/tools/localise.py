@@ -13,11 +13,11 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from ..args import Background, ClientRoots, InputsOrTestDir, OutPath, PathArg
-from ..calls import app_state, new_output, tool, workspace
+from ..calls import app_state, engine_roots, exec_workspace, new_output, tool, workspace
 from ..long_runs import run_long
 from ..models import LongToolAnswer
 from ..target_options import Serial, TargetOptions, option_args
-from .analysis import WRITES_RUNS, WRITES_RUNS_MAYBE_DEVICE, Arch, Seed, Shapes, Soc, Target, shape_args
+from .analysis import WRITES_RUNS_MAYBE_DEVICE, Arch, Seed, Shapes, Soc, Target, shape_args
 
 ReferenceModel = Annotated[str | None, Field(default=None, max_length=4096,
                                              description="The model the CPU reference runs (default: `model`); give "
@@ -90,11 +90,15 @@ def summarize_blocks(r: dict[str, Any]) -> str:
 
 
 def register_blocks(server: MCPServer) -> None:
-    @tool(server, title="Localise the failing decoder block of an LLM", annotations=WRITES_RUNS)
+    @tool(server, title="Localise the failing decoder block of an LLM", annotations=WRITES_RUNS_MAYBE_DEVICE)
     async def localise_blocks(
         model: PathArg,
         ctx: Context,
         roots: ClientRoots,
+        target: Annotated[Target, Field(description="htp-sim (every block in one simulator session, no phone "
+                                        "needed), device (each block's .mnn dumped with MNN2QNNModel "
+                                        "--dump_intermediate_outputs and run on the phone over adb; options "
+                                        "mnn2qnn and qnn_sdk) or host (a local MNN build)")] = "htp-sim",
         out: OutPath = None,
         reference_model: ReferenceModel = None,
         inputs: InputsOrTestDir = None,
@@ -105,23 +109,30 @@ def register_blocks(server: MCPServer) -> None:
         arch: Arch = None,
         shapes: Shapes = None,
         seed: Seed = 0,
+        serial: Serial = None,
+        options: Annotated[TargetOptions | None, Field(default=None, description="device/host settings")] = None,
         background: Background = None,
     ) -> Annotated[CallToolResult, LongToolAnswer]:
         """For LLM exports (node names with /layers.N/, e.g. llmexport's onnx/llm.onnx at the fixed
         prefill shape): cuts every decoder block out as a standalone graph, feeds it the hidden
-        state the CPU reference computes at its input, runs each on the HTP simulator and judges
-        its outputs against the block's own fp16 floor; then finds the first failing op inside the
-        first bad block (`inner`). Returns every block's worst excess, `first_failing_block`,
+        state the CPU reference computes at its input, runs each on the target and judges its
+        outputs against the block's own fp16 floor; then finds the first failing op inside the
+        first bad block (htp-sim: `inner`; device/host: the block's own dump compared tensor by tensor). Returns every block's worst excess, `first_failing_block`,
         `first_failing` (op inside it) and the first tensor beyond the fp16 range."""
         ws = workspace(ctx, roots)
         model_path = ws.resolve(model, what="model", kind="file")
-        run_dir = new_output(ctx, ws, out, group=model_path.stem, leaf="blocks")
-        cmd = ["localise-blocks", str(model_path), "--out", str(run_dir), "--soc", str(soc), "--seed", str(seed),
+        run_dir = new_output(ctx, ws, out, group=model_path.stem, leaf="blocks" if target == "htp-sim" else f"blocks-{target}")
+        cmd = ["localise-blocks", str(model_path), "--target", target, "--out", str(run_dir), "--soc", str(soc),
+               "--seed", str(seed),
                "--layers-per-block", str(layers_per_block), "--inner", inner, *shape_args(shapes)]
         if arch is not None:
             cmd += ["--arch", str(arch)]
         for flag, value, kind in (("--reference-model", reference_model, "file"), ("--inputs", inputs, "any")):
             if value:
                 cmd += [flag, str(ws.resolve(value, what=flag[2:], kind=kind))]  # type: ignore[arg-type]
+        cmd += option_args(options, ws, serial=serial, adb=app_state(ctx).config.adb, target=target,
+                           exec_ws=exec_workspace(ctx))
+        if target != "htp-sim":
+            cmd += engine_roots(ctx, ws)
         return await run_long(ctx, tool="localise_blocks", title=f"block localisation of {model_path.name}",
                               command=cmd, background=background, auto_background=True, summarize=summarize_blocks)

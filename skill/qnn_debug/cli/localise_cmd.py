@@ -11,6 +11,7 @@ from .app import app
 from .baseline_cmd import INPUTS_OR_TESTDIR_OPTION, SEED_OPTION, SHAPE_OPTION, default_out
 from .common import FORCE_OPTION, JSON_OPTION, cli_progress, emit, fail
 from .dump_cmd import ARCH_OPTION, SOC_OPTION, TARGET_OPTIONS_OPTION, TIMEOUT_OPTION, parse_options
+from .mnn_cmds import SERIAL_OPTION
 
 REFERENCE_MODEL_OPTION = typer.Option(
     None, "--reference-model",
@@ -70,7 +71,11 @@ def bisect(
 @app.command("localise-blocks")
 def localise_blocks(
     model: Path = typer.Argument(..., help="The decoder's .onnx (node names carry /layers.N/), e.g. llmexport's onnx/llm.onnx."),
-    out: Path = typer.Option(None, "--out", help="Output directory (default: qnn-debug-runs/MODEL/blocks)."),
+    target: str = typer.Option("htp-sim", "--target",
+                               help="htp-sim (all blocks in one simulator session), device (each block's .mnn dumped "
+                                    "with MNN2QNNModel on the phone: --option mnn2qnn=… --option qnn_sdk=…) or host."),
+    serial: str = SERIAL_OPTION,
+    out: Path = typer.Option(None, "--out", help="Output directory (default: qnn-debug-runs/MODEL/blocks[-TARGET])."),
     reference_model: Path = REFERENCE_MODEL_OPTION,
     inputs: Path = INPUTS_OR_TESTDIR_OPTION,
     shape: list[str] = SHAPE_OPTION,
@@ -85,24 +90,32 @@ def localise_blocks(
     force: bool = FORCE_OPTION,
     json_out: bool = JSON_OPTION,
 ) -> None:
-    """Run each decoder block alone on the reference hidden state (htp-sim), then find the first failing op inside the first bad block."""
+    """Run each decoder block alone on the reference hidden state, then find the first failing op inside the first bad block."""
     from ..inputs import parse_shape_args
     from ..localise.blocks import BlockRequest, run_blocks
 
     try:
         if inner not in ("diagnose", "bisect", "none"):
             raise BadInputError(f"unknown --inner {inner!r}", hint="use diagnose, bisect or none")
-        request = BlockRequest(model=model, out=out or default_out(model, "blocks"), reference_model=reference_model,
+        if target not in ("htp-sim", "device", "host"):
+            raise BadInputError(f"unknown target {target!r}", hint="choose one of: device, host, htp-sim")
+        options = parse_options(option)
+        if serial:
+            if target != "device":
+                raise BadInputError("--serial applies to --target device only", hint="drop --serial or add --target device")
+            options["serial"] = serial
+        leaf = "blocks" if target == "htp-sim" else f"blocks-{target}"
+        request = BlockRequest(model=model, out=out or default_out(model, leaf), reference_model=reference_model, target=target,
                                inputs=inputs, shapes=parse_shape_args(shape), seed=seed,
                                layers_per_block=layers_per_block, inner=inner,
-                               soc_model=soc, htp_arch=arch, options=parse_options(option), force=force, timeout=timeout)
+                               soc_model=soc, htp_arch=arch, options=options, force=force, timeout=timeout)
         with cli_progress() as progress:
             result = run_blocks(request, progress)
     except QnnDebugError as e:
         fail(e, json_out)
 
     def human() -> None:
-        typer.echo(f"block localisation of {model.name} in {result.out}")
+        typer.echo(f"block localisation of {model.name} on {target} in {result.out}")
         for b in result.blocks:
             w = b.worst
             where = f"layer {b.first}" if b.first == b.last else f"layers {b.first}..{b.last}"

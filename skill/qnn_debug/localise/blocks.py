@@ -15,6 +15,7 @@ On a phone the same block ``.onnx`` files can be converted and dumped with MNN2Q
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -49,6 +50,9 @@ class BlockRequest(BaseModel):
     # failing op. ``inner`` adds a second opinion on the cut-out block: "diagnose" (baseline → dump → compare,
     # refusing a lying dump by itself) or "bisect"; "none" skips it.
     inner: Literal["diagnose", "bisect", "none"] = "none"
+    # htp-sim: every block side by side in one simulator session. device/host: each block converted to .mnn
+    # and run through the dump path (MNN2QNNModel --dump_intermediate_outputs on a phone), one diagnose a block.
+    target: Literal["htp-sim", "device", "host"] = "htp-sim"
     force: bool = False
     timeout: float = 1800.0
 
@@ -93,45 +97,25 @@ def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
                thresholds: Thresholds | None = None) -> BlockResult:
     """Localise the first failing decoder block of ``request.model``, then its first failing op."""
 
-    from ..inputs import prepare_inputs
-    from ..onnx_graph import ensure_node_names, graph_inputs, load_onnx, tensor_elem_types
-    from ..targets.onnx_capture import capture_plan, run_on_cpu
+    from ..onnx_graph import tensor_elem_types
     from ..workers import run_worker
 
     started = time.monotonic()
     th = thresholds or Thresholds()
-    timings: dict[str, float] = {}
     out = _prepare_out(Path(request.out), request.force)
-    target = ensure_node_names(load_onnx(request.model))
-    reference = ensure_node_names(load_onnx(request.reference_model or request.model))
-    layers = sorted(decoder_layers(reference))
-    if not layers:
-        raise BadInputError("the model's node names carry no decoder layer index (/layers.N/ or /blocks.N/)",
-                            hint="block localisation needs an LLM export; use `qnn-debug bisect` for other models")
-    prepared = prepare_inputs(graph_inputs(reference), inputs=request.inputs, shapes=request.shapes or None,
-                              seed=request.seed)
-    feeds = prepared.arrays
-    spans = [(layers[i], layers[min(i + request.layers_per_block, len(layers)) - 1])
-             for i in range(0, len(layers), request.layers_per_block)]
-    ref_blocks = [block(reference, a, b) for a, b in spans]
-    tgt_blocks = [block(target, a, b) for a, b in spans]
+    if request.target != "htp-sim":
+        from .blocks_mnn import run_blocks_mnn
 
-    t0 = time.monotonic()
-    plan = capture_plan(reference)
-    wanted = {n for blk in [*ref_blocks, *tgt_blocks] for n in [*blk.inputs, *blk.outputs]}
-    names = list(dict.fromkeys([p.name for p in plan if p.kind != "input"] + [n for n in wanted if n not in feeds]))
-    values = {**run_on_cpu(reference, feeds, names), **feeds}
-    rng = first_out_of_range((p.name, p.op, p.op_type, p.position, values[p.name]) for p in plan
-                             if p.kind != "input" and p.name in values and np.asarray(values[p.name]).dtype.kind == "f")
-    types = tensor_elem_types(reference)
-    timings["reference_s"] = round(time.monotonic() - t0, 3)
+        return run_blocks_mnn(request, out, progress, th, started)
+    cut = cut_blocks(request)
+    target, reference, ref_blocks, tgt_blocks = cut.target, cut.reference, cut.ref_blocks, cut.tgt_blocks
+    plan, values, types, shapes, outs_per_block = cut.plan, cut.values, cut.types, cut.shapes, cut.outs_per_block
+    rng = cut.fp16_range
+    timings: dict[str, float] = {"reference_s": cut.reference_s}
 
     t0 = time.monotonic()
     work = out / "blocks"
     work.mkdir(exist_ok=True)
-    shapes = {n: (list(np.asarray(v).shape), _elem(v, types.get(n))) for n, v in values.items()}
-    target_made = {o for n in target.graph.node for o in n.output}
-    outs_per_block = [[o for o in rb.outputs if o in target_made] for rb in ref_blocks]
     op_types = {o: n.op_type for n in reference.graph.node for o in n.output}
     all_types = {**tensor_elem_types(target), **types}
     blocks_stage = _stage(work, "blocks", target, reference, [tb.positions for tb in tgt_blocks],
@@ -189,6 +173,58 @@ def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
     result.elapsed_s = round(time.monotonic() - started, 3)
     atomic_write_text(out / RESULT_FILE, result.model_dump_json(indent=1))
     return result
+
+
+
+@dataclass
+class BlockCut:
+    """The blocks of target and reference with the CPU reference value of every tensor at their boundaries."""
+
+    target: Any
+    reference: Any
+    ref_blocks: list[Block]
+    tgt_blocks: list[Block]
+    plan: list[Any]
+    values: dict[str, Any]
+    types: dict[str, int]
+    shapes: dict[str, tuple[list[int], int]]
+    outs_per_block: list[list[str]]
+    fp16_range: RangeFinding | None
+    reference_s: float
+
+
+def cut_blocks(request: BlockRequest) -> BlockCut:
+    """Cut both models into blocks of ``layers_per_block`` layers and run the reference once on ORT CPU fp32."""
+    from ..inputs import prepare_inputs
+    from ..onnx_graph import ensure_node_names, graph_inputs, load_onnx, tensor_elem_types
+    from ..targets.onnx_capture import capture_plan, run_on_cpu
+
+    target = ensure_node_names(load_onnx(request.model))
+    reference = ensure_node_names(load_onnx(request.reference_model or request.model))
+    layers = sorted(decoder_layers(reference))
+    if not layers:
+        raise BadInputError("the model's node names carry no decoder layer index (/layers.N/ or /blocks.N/)",
+                            hint="block localisation needs an LLM export; use `qnn-debug bisect` for other models")
+    prepared = prepare_inputs(graph_inputs(reference), inputs=request.inputs, shapes=request.shapes or None,
+                              seed=request.seed)
+    feeds = prepared.arrays
+    spans = [(layers[i], layers[min(i + request.layers_per_block, len(layers)) - 1])
+             for i in range(0, len(layers), request.layers_per_block)]
+    ref_blocks = [block(reference, a, b) for a, b in spans]
+    tgt_blocks = [block(target, a, b) for a, b in spans]
+    t0 = time.monotonic()
+    plan = capture_plan(reference)
+    wanted = {n for blk in [*ref_blocks, *tgt_blocks] for n in [*blk.inputs, *blk.outputs]}
+    names = list(dict.fromkeys([p.name for p in plan if p.kind != "input"] + [n for n in wanted if n not in feeds]))
+    values = {**run_on_cpu(reference, feeds, names), **feeds}
+    rng = first_out_of_range((p.name, p.op, p.op_type, p.position, values[p.name]) for p in plan
+                             if p.kind != "input" and p.name in values and np.asarray(values[p.name]).dtype.kind == "f")
+    types = tensor_elem_types(reference)
+    shapes = {n: (list(np.asarray(v).shape), _elem(v, types.get(n))) for n, v in values.items()}
+    target_made = {o for n in target.graph.node for o in n.output}
+    outs_per_block = [[o for o in rb.outputs if o in target_made] for rb in ref_blocks]
+    return BlockCut(target, reference, ref_blocks, tgt_blocks, plan, values, types, shapes, outs_per_block, rng,
+                    round(time.monotonic() - t0, 3))
 
 
 def ops_stage(job: dict[str, Any], k: int) -> dict[str, Any] | None:
