@@ -42,13 +42,13 @@ def _tools(tmp: Path) -> tuple[Path, Path]:
     return exe, sdk
 
 
-def _check(r: dict, layers: int, fault_layer: int) -> None:
+def _check(r: dict, layers: int, fault_layer: int, target: str = "device") -> None:
     assert [b["bad"] for b in r["blocks"]] == [i == fault_layer for i in range(layers)], r["blocks"]
     assert r["verdict"] == "real_bug", r["summary"]
     ff = r["first_failing"]
     assert ff is not None and ff["block"] == f"layer {fault_layer}", r["summary"]
     assert ff["op"].startswith(f"/layers.{fault_layer}/self_attn/rotary_q/"), ff
-    assert "device" in ff["method"]
+    assert target in ff["method"]
     bad = r["first_failing_block"]["worst"]
     assert bad["excess_db"] > 20 and bad["status"] == "bad"
 
@@ -76,6 +76,14 @@ def test_cli_localises_the_wrong_rotary_on_the_phone(tmp_path: Path, monkeypatch
     healthy = run_blocks(BlockRequest(model=clean, inputs=inputs, out=tmp_path / "clean-blocks", target="device",
                                       options={"mnn2qnn": str(exe), "qnn_sdk": str(sdk), "serial": "FAKE0001"}))
     assert healthy.verdict == "ok" and not any(b.bad for b in healthy.blocks), healthy.summary
+
+    build_dir = tmp_path / "mnn-build"  # --target host: a local MNN build (its ModuleBasic is the same double)
+    python_wrapper(build_dir / "ModuleBasic.out", "fake_module_basic.py")
+    (build_dir / "libMNN.so").write_bytes(b"placeholder")
+    host = run_blocks(BlockRequest(model=bug, reference_model=clean, inputs=inputs, out=tmp_path / "host-blocks",
+                                   target="host", options={"mnn2qnn": str(exe), "qnn_sdk": str(sdk),
+                                                           "mnn_build_dir": str(build_dir)}))
+    _check(host.model_dump(mode="json"), layers, fault_layer, target="host")
 
 
 def test_cli_refuses_an_unknown_target_and_a_serial_off_the_phone(tmp_path: Path) -> None:
