@@ -40,3 +40,15 @@ def test_the_detector_finds_a_bare_placeholder() -> None:
     assert shell_lines("```bash\npip install <this folder>\n```\n") == ["pip install <this folder>"]
     assert BARE.search(shell_lines("run `qnn-debug baseline MODEL --inputs <dir>` now")[0])
     assert not BARE.search('qnn-debug-mcp --root "$PROJECT_DIR"')
+
+
+@pytest.mark.parametrize("log,expected", [
+    (["Validation FAILED { name: conv_1, type: Conv2d }", "REASON : bad dims"], "`qnn-debug op Conv2d`"),
+    (["Validation FAILED { name: n, type: Weird;rm }"], "`qnn-debug op 'Weird;rm'`"),
+    (["Unsupported nodes: none named"], '`qnn-debug op "$OP_TYPE"` (set OP_TYPE'),
+])
+def test_unsupported_node_hints_are_runnable(log: list[str], expected: str) -> None:
+    from qnn_debug.targets.qnn_ep import _creation_error
+
+    err = _creation_error("Node assigned to the default CPU EP", log)
+    assert err.hint and expected in err.hint and not BARE.search(err.hint), err.hint

@@ -126,10 +126,19 @@ def create_session(model: bytes | str, options: dict[str, str], *, disabled_opti
         raise UnsupportedOnTargetError(
             f"{len(cpu_nodes)} node(s) would run on CPU, not QNN: "
             + ", ".join(f"{n['name']} ({n['op_type']})" for n in cpu_nodes[:20]),
-            hint="replace or decompose these ops; see `qnn-debug op <OpType>`",
+            hint=f"replace or decompose these ops; see {_op_step(cpu_nodes[0]['op_type'])}",
             details={"nodes": cpu_nodes, "reasons": _reasons(log)},
         )
     return QnnSessionInfo(session=session, options=options, assignment=assignment, log=log)
+
+
+def _op_step(op_type: str | None) -> str:
+    """The op-lookup command, runnable as printed: the concrete op when known, else a quoted variable."""
+    import shlex
+
+    if op_type:
+        return f"`qnn-debug op {shlex.quote(op_type)}`"
+    return '`qnn-debug op "$OP_TYPE"` (set OP_TYPE to the op type named in details.nodes)'
 
 
 def _reasons(log: list[str]) -> list[str]:
@@ -153,7 +162,8 @@ def _creation_error(message: str, log: list[str]) -> TargetError:
             summary += " — " + "; ".join(why[:3])
         return UnsupportedOnTargetError(
             "QNN cannot run every node of this model and CPU fallback is forbidden: " + flatten_message(summary),
-            hint="see details.reasons for QNN's own words; `qnn-debug op <OpType>` lists the op's constraints",
+            hint=f"see details.reasons for QNN's own words; {_op_step(nodes[0][1] if nodes else None)} lists the op's "
+            "constraints",
             details={"nodes": [{"name": n, "op_type": t} for n, t in nodes], "reasons": reasons,
                      "ort_error": message[-2000:]},
         )
