@@ -366,8 +366,8 @@ def _input_mismatch_verdict(fs: Findings, base: dict[str, Any]) -> tuple[Verdict
         how = f"differs from the reference input (SQNR {fmt.db_unit(m.sqnr_db)})"
     reads = f" {consumer.name} ({consumer.op_type}) is the first op to read it." if consumer else ""
     summary = (f"The target's copy of input {m.name!r} ({m.observed_as}) {how}: either the baseline was built "
-               f"from other data — rebuild it with `qnn-debug baseline MODEL --inputs <the test dir or .npz the "
-               f"device used>` — or the input was not copied into the QNN graph (shapeMutable=true, Tensor usage "
+               f"from other data — rebuild it with `qnn-debug baseline \"$MODEL\" --inputs \"$INPUTS\"` "
+               f"(MODEL: the model; INPUTS: the test dir or .npz the device used) — or the input was not copied into the QNN graph (shapeMutable=true, Tensor usage "
                f"is 1.). The error starts before any op, so no downstream op is blamed.{reads}")
     return (Verdict(kind="input_not_copied", pattern="constant" if m.constant is not None else "none",
                     confidence=0.6, summary=summary, evidence=ev), first)
