@@ -50,3 +50,19 @@ def test_an_error_number_counts_only_with_its_context_words() -> None:
     assert triage_log(text="QnnDevice_create failed, error: 14001\n").category == "device_lib_missing_or_load_failure"
     assert triage_log(text="copied 14001 bytes to the device\n").category == "other"
     assert triage_log(text="status 114001 reached\n").category == "other"
+
+
+@pytest.mark.parametrize("optype", ["305", "306", "307", "308"])
+def test_llm_c4_fused_op_not_registered_in_a_crashing_export_is_the_map_miss(optype: str) -> None:
+    """An llmexport C4 fusion without a QNN creator, then a crash in compilefornpu: re-export, not add an op."""
+    log = (f"./compilefornpu llm.mnn qnn.json\nMNN_QNN: Not registered type {optype}, /layers.0/self_attn/x.\n"
+           "段错误 (核心已转储)\n")
+    result = triage_log(text=log)
+    assert result.category == "convert_segfault", result.hypotheses
+    assert any(step.tool == "check_llm_export" for step in result.next_steps)
+
+
+def test_other_op_not_registered_before_a_crash_stays_an_unsupported_op() -> None:
+    log = ("MNN2QNNModel $QNN_SDK_ROOT 39 68 det.mnn ./qnn\nMNN_QNN: Not registered type 17, /up/ConvTranspose_output_0.\n"
+           "Segmentation fault (core dumped)\n")
+    assert triage_log(text=log).category == "unsupported_op_not_registered"

@@ -70,6 +70,10 @@ class _Scan:
     case_warnings: list[str] = field(default_factory=list)
 
 
+# LinearAttention, RoPE, FusedLinear, GatedRMSNorm: OpTypes the LLM exporter's C4 fusion emits (schema at 4d40bdb).
+LLM_C4_FUSED_OPTYPES = {"305", "306", "307", "308"}
+
+
 def triage_log(source: str | Path | None = None, *, text: str | None = None, data: bytes | None = None,
                stream: IO[bytes] | None = None, cases: str | Path | None = None) -> TriageResult:
     """Triage one log given as a path (``-`` = stdin), a string, bytes or a binary stream.
@@ -326,6 +330,15 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         evidence.append(Evidence(line=case.line, text=f"matches past case: {case.match}"[:EVIDENCE_TEXT_CHARS],
                                  signature="cases-file", category=case.category))
     in_export = scan.export_marker or bool(scan.commands)
+    c4_fused = {g.get("optype") for sig, g in groups if sig.category == "unsupported_op_not_registered"} & LLM_C4_FUSED_OPTYPES
+    if in_export and c4_fused and "convert_segfault" in scores and "unsupported_op_not_registered" in scores:
+        # The llmexport Transformer-C4 fusions have no QNN creator; in convert mode they run on CPU with no copy
+        # inserted and the next QNN op bakes their output as a constant: the "Not registered" lines are the
+        # cause of the crash (fixed by re-exporting), not an op to implement.
+        add("convert_segfault", scores["unsupported_op_not_registered"], first_line["unsupported_op_not_registered"],
+            "an op without a QNN creator inside a convert run falls back to CPU with no copy inserted and the next QNN "
+            "op bakes its output as a constant (source: alibaba/MNN@4d40bdb source/core/WrapExecution.cpp:22, "
+            "QNNBackend.cpp:1621-1627)")
     strong = [s for c, s in scores.items() if c != "other" and s >= db.min_score]
     tail_text = [line for _, line in scan.tail]
     stopped = in_export and not strong and not ended_cleanly(tail_text)
