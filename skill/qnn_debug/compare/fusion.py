@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..runstore import Run
-from .localize import OpNode
+from .localize import OpNode, ops_behind
 from .schema import FirstFailing, FusedOp
 
 
@@ -20,20 +20,7 @@ def covered_nodes(ops: list[OpNode], tensor: str, seen: Iterable[str]) -> list[O
     """Model ops between the tensors the target exposes and ``tensor``: its producer, and every producer
     upstream whose output the target does not hold (they ran inside the same target op)."""
     producer = {o: op for op in ops for o in op.outputs}
-    visible = set(seen)
-    start = producer.get(tensor)
-    if start is None:
-        return []
-    found: dict[str, OpNode] = {start.name: start}
-    stack = [i for i in start.inputs if i not in visible]
-    while stack:
-        name = stack.pop()
-        op = producer.get(name)
-        if op is None or op.name in found:
-            continue
-        found[op.name] = op
-        stack.extend(i for i in op.inputs if i not in visible)
-    return sorted(found.values(), key=lambda o: o.position)
+    return ops_behind(producer, [tensor], set(seen) - {tensor})
 
 
 def name_target_op(first: FirstFailing, target: Run, ops: list[OpNode], seen: Iterable[str]) -> FirstFailing:

@@ -12,6 +12,7 @@ include. End-to-end error and cosine are never used here.
 
 from __future__ import annotations
 
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 
 from .schema import MetricValues, TensorStatus
@@ -29,6 +30,23 @@ class OpNode:
     op_type: str
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
+
+
+def ops_behind(producer: dict[str, OpNode], tensors: Iterable[str], visible: Container[str]) -> list[OpNode]:
+    """The ops that compute ``tensors`` from the nearest visible tensors, in execution order.
+
+    A walk upstream through producers that stops at every tensor the target exposes: the ops a local
+    re-run must include, and the model nodes one fused target op covers.
+    """
+    found: dict[str, OpNode] = {}
+    stack = [t for t in tensors if t not in visible]
+    while stack:
+        op = producer.get(stack.pop())
+        if op is None or op.name in found:
+            continue
+        found[op.name] = op
+        stack.extend(t for t in op.inputs if t not in visible)
+    return sorted(found.values(), key=lambda o: o.position)
 
 
 @dataclass
@@ -93,16 +111,7 @@ def find_suspects(ops: list[OpNode], excess: dict[str, float | None], th: Thresh
 
     def feeders(op: OpNode) -> list[OpNode]:
         """Unseen ops between ``op`` and the nearest dumped tensors (the segment a re-run needs)."""
-        seen: dict[str, OpNode] = {}
-        stack = [i for i in op.inputs if i not in excess]
-        while stack:
-            name = stack.pop()
-            prod = producer.get(name)
-            if prod is None or prod.name in seen:
-                continue
-            seen[prod.name] = prod
-            stack.extend(i for i in prod.inputs if i not in excess)
-        return sorted(seen.values(), key=lambda n: n.position)
+        return ops_behind(producer, op.inputs, excess)
 
     suspects: list[Suspect] = []
     jumps: dict[str, float] = {}
