@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import BadInputError, QnnDebugError
+from ..targets import check_target
 from .app import app
 from .baseline_cmd import INPUTS_OR_TESTDIR_OPTION, SEED_OPTION, SHAPE_OPTION, default_out
 from .common import FORCE_OPTION, JSON_OPTION, cli_progress, emit, fail
@@ -43,8 +44,7 @@ def bisect(
     from ..localise.bisect import BisectRequest, run_bisect
 
     try:
-        if target not in ("htp-sim", "device", "host"):
-            raise BadInputError(f"unknown target {target!r}", hint="choose one of: device, host, htp-sim")
+        check_target(target)
         request = BisectRequest(model=model, out=out or default_out(model, f"bisect-{target}"), target=target,
                                 reference_model=reference_model, baseline=baseline, inputs=inputs,
                                 shapes=parse_shape_args(shape), seed=seed, soc_model=soc, htp_arch=arch,
@@ -97,8 +97,7 @@ def localise_blocks(
     try:
         if inner not in ("diagnose", "bisect", "none"):
             raise BadInputError(f"unknown --inner {inner!r}", hint="use diagnose, bisect or none")
-        if target not in ("htp-sim", "device", "host"):
-            raise BadInputError(f"unknown target {target!r}", hint="choose one of: device, host, htp-sim")
+        check_target(target)
         options = parse_options(option)
         if serial:
             if target != "device":

@@ -58,11 +58,16 @@ def register_target(name: str, module: str, description: str) -> None:
     TARGETS[name] = TargetSpec(name, module, description)
 
 
-def get_target(name: str) -> TargetFn:
+def check_target(name: str) -> TargetSpec:
+    """The registered target called ``name``, or a typed error listing the ones there are."""
     spec = TARGETS.get(name)
     if spec is None:
         raise BadInputError(f"unknown target {name!r}", hint=f"choose one of: {', '.join(sorted(TARGETS))}")
-    fn: TargetFn = importlib.import_module(spec.module).run
+    return spec
+
+
+def get_target(name: str) -> TargetFn:
+    fn: TargetFn = importlib.import_module(check_target(name).module).run
     return fn
 
 
