@@ -76,7 +76,7 @@ def child_read(root: Path) -> dict[str, float]:
     files = sorted((root / "reference" / "tensors").glob("*.npy")) + sorted((root / "target" / "tensors").glob("*.npy"))
     buf = bytearray(max(p.stat().st_size for p in files))
     view = memoryview(buf)
-    from qnn_debug.compare.engine import PREFETCH_AHEAD
+    from qnn_debug.compare.pipeline import PREFETCH_AHEAD
 
     start, cpu = time.perf_counter(), _cpu()
     total = 0
@@ -105,8 +105,8 @@ def _willneed(path: Path) -> None:
 
 
 def child_compare(root: Path) -> dict[str, float | str]:
-    from qnn_debug.compare.engine import compare_runs
     from qnn_debug.compare.importers import ReferenceSide
+    from qnn_debug.compare.pipeline import compare_runs
     from qnn_debug.runstore import load_run
 
     side = ReferenceSide(load_run(root / "reference"), None, None)

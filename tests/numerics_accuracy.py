@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from doubles.htp_dump import write_htp_dump
 from numerics_models import decoder_llm, deconv_bn_relu_net, l2norm_net, pixels, token_ids
 from qnn_debug.baseline import run_baseline
-from qnn_debug.compare.engine import compare_paths
+from qnn_debug.compare.pipeline import compare_paths
 from qnn_debug.diagnose import diagnose
 from qnn_debug.dump import run_dump
 from qnn_debug.examples import deep_conv_net

@@ -15,7 +15,7 @@ import pytest
 
 from compare_models import mixed_ops_net
 from qnn_debug.baseline import run_baseline
-from qnn_debug.compare.engine import compare_paths
+from qnn_debug.compare.pipeline import compare_paths
 from qnn_debug.compare.schema import CompareResult
 from qnn_debug.dump import run_dump
 from qnn_debug.examples import deep_conv_net

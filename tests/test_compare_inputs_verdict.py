@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from qnn_debug.baseline import run_baseline
 from qnn_debug.cli import app
 from qnn_debug.compare import fmt
-from qnn_debug.compare.engine import compare_paths
+from qnn_debug.compare.pipeline import compare_paths
 from qnn_debug.errors import BadInputError
 from qnn_debug.examples import small_cnn
 from qnn_debug.runstore import load_run

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from qnn_debug.baseline import run_baseline
 from qnn_debug.cli import app
 from qnn_debug.compare.align import align
-from qnn_debug.compare.engine import compare_paths
+from qnn_debug.compare.pipeline import compare_paths
 from qnn_debug.mnn.equivalence import layout_class, of_stage
 from qnn_debug.mnn.model_reader import MnnModel, MnnOp
 from qnn_debug.runstore import Equivalence, RunRecord, RunWriter, load_run

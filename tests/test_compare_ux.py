@@ -24,8 +24,8 @@ from typer.testing import CliRunner
 
 from qnn_debug.cli import app
 from qnn_debug.compare import fmt
-from qnn_debug.compare.engine import compare_paths
 from qnn_debug.compare.metrics import SQNR_CAP_DB
+from qnn_debug.compare.pipeline import compare_paths
 from qnn_debug.compare.schema import CompareResult
 from qnn_debug.diagnose import diagnose
 from qnn_debug.examples import deep_conv_net, quantize_for_qnn, small_cnn

@@ -67,7 +67,7 @@ def test_offline_dump_end_to_end_and_compare(mnn_fixtures: Path, baseline: Path,
         rel = np.abs(run.array(name) - ref.array(name)).max() / np.abs(ref.array(name)).max()
         assert rel < 2e-3, (name, rel)
 
-    from qnn_debug.compare.engine import compare_paths
+    from qnn_debug.compare.pipeline import compare_paths
 
     result = compare_paths(baseline, out)
     assert result.verdict.kind == "ok" and result.counts["aligned"] >= 4

@@ -39,7 +39,7 @@ def test_the_layer_contracts_hold(lint_imports: Path) -> None:
 
 
 @pytest.mark.parametrize(("module", "line", "contract"), [
-    ("runstore.py", "import qnn_debug.compare.engine", "faces -> engine operations"),
+    ("runstore.py", "import qnn_debug.compare.pipeline", "faces -> engine operations"),
     ("targets/ort_cpu.py", "from qnn_debug.compare import verdict", "targets and devices do not import compare"),
     ("errors.py", "import qnn_debug_mcp", "the engine never imports the MCP server"),
     ("compare/metrics.py", "from qnn_debug import runstore", "the metric kernel imports nothing"),

@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 from qnn_debug.baseline import run_baseline
-from qnn_debug.compare.engine import compare_paths
+from qnn_debug.compare.pipeline import compare_paths
 from qnn_debug.examples import deep_conv_net
 from qnn_debug.runstore import load_run
 

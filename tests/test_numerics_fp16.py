@@ -17,7 +17,7 @@ from doubles.htp_fp16 import htp_fp16_bits
 from doubles.mnn_formats import write_dump
 from numerics_models import decoder_llm, l2norm_net, pixels, token_ids
 from qnn_debug.cli import app
-from qnn_debug.compare.engine import compare_paths
+from qnn_debug.compare.pipeline import compare_paths
 from qnn_debug.htp_fp16 import decode_fp16
 from qnn_debug.mnn.dump_reader import import_mnn_dump
 from qnn_debug.runstore import load_run

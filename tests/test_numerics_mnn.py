@@ -17,7 +17,7 @@ from doubles.htp_dump import write_htp_dump
 from numerics_models import deconv_bn_relu_net, l2norm_net, pixels
 from qnn_debug.baseline import run_baseline
 from qnn_debug.cli import app
-from qnn_debug.compare.engine import compare_paths
+from qnn_debug.compare.pipeline import compare_paths
 from qnn_debug.dump import run_dump
 from qnn_debug.mnn.model_reader import read_mnn_model
 from qnn_debug.onnx_graph import mark_all

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from qnn_debug.baseline import run_baseline
 from qnn_debug.cli import app
-from qnn_debug.compare.engine import compare_paths
+from qnn_debug.compare.pipeline import compare_paths
 from qnn_debug.dump import run_dump
 from qnn_debug.examples import deep_conv_net
 from qnn_debug.inject import inject

@@ -12,7 +12,7 @@ from mcp.server.mcpserver import Resolve
 from mcp.types import ListRootsResult
 from pydantic import Field
 
-from .calls import client_roots
+from .tool_context import client_roots
 
 PathArg = Annotated[str, Field(min_length=1, max_length=4096,
                                description="Path inside the workspace (relative paths start at the first root).")]

@@ -26,7 +26,7 @@ import anyio
 from qnn_debug.errors import BadInputError, TargetError
 from qnn_debug.fs import ROOTS_ENV
 
-from .engine import PIPE_GRACE_S, _kill_group
+from .cli_child import PIPE_GRACE_S, _kill_group
 from .errors import engine_error_from_document
 
 T = TypeVar("T")

@@ -23,7 +23,7 @@ from anyio.abc import TaskGroup
 from qnn_debug.errors import QnnDebugError
 from qnn_debug.progress import ProgressEvent
 
-from .engine import ProgressCallback
+from .cli_child import ProgressCallback
 from .errors import compact_details, tool_error
 from .models import ErrorInfo, JobInfo, JobState, ProgressLine
 

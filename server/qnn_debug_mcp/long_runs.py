@@ -20,11 +20,11 @@ from mcp.types import CallToolResult
 
 from qnn_debug.errors import QnnDebugError
 
-from .calls import app_state, caller, confined, relay, respond
-from .engine import ProgressCallback, run_engine
+from .cli_child import ProgressCallback, run_engine
 from .errors import details_text, from_engine, tool_error
 from .jobs import Job
 from .models import JobState, LongToolAnswer
+from .tool_context import app_state, caller, confined, relay, respond
 
 Summarize = Callable[[dict[str, Any]], str]
 REPORT_PREFERENCE = (".md", ".html", ".json", ".png")

@@ -34,13 +34,13 @@ def triage(path: str | None, text: str | None, cases: str | None = None) -> Tria
 
 
 def devices(adb: str, timeout: float) -> dict[str, Any]:
-    from qnn_debug.mnn.tasks import list_devices
+    from qnn_debug.device_ops import list_devices
 
     return list_devices(adb=adb, timeout=timeout).model_dump(mode="json")
 
 
 def probe(**kwargs: Any) -> ProbeResult:
-    from qnn_debug.mnn.tasks import probe
+    from qnn_debug.device_ops import probe
 
     result: ProbeResult = probe(**kwargs)
     return result

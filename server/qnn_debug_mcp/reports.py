@@ -54,7 +54,7 @@ class ReportRegistry:
 
 
 def register(server: MCPServer, registry: ReportRegistry) -> None:
-    from .calls import caller
+    from .tool_context import caller
 
     @server.resource(f"{REPORT_SCHEME}://{{report_id}}", name="report", title="Run report",
                      description="A compare/diagnose report (the report_uri a tool returned); only its own session can read it.",

@@ -100,7 +100,7 @@ def step_htp_dump(ctx: DemoContext) -> DemoStep:
 
 def step_diagnose_healthy(ctx: DemoContext) -> DemoStep:
     """Compare the healthy htp-sim dump with the baseline: the verdict should be ok or precision."""
-    from .compare.engine import compare_paths
+    from .compare.pipeline import compare_paths
 
     result = compare_paths(ctx.baseline, ctx.htp, report_dir=ctx.out / "report", progress=ctx.progress)
     v = result.verdict
@@ -113,7 +113,7 @@ def step_diagnose_bug(ctx: DemoContext) -> DemoStep:
     """Inject one bug into the example, dump it on the simulator, and check the diagnosis names it."""
     import onnx
 
-    from .compare.engine import compare_paths
+    from .compare.pipeline import compare_paths
     from .dump import run_dump
     from .inject import inject
     from .targets import DumpRequest

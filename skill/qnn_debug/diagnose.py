@@ -60,7 +60,7 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
     """Diagnose ``model`` on ``target``. ``reference_model`` (default: ``model``) is what the baseline runs:
     pass the original model there and an edited one as ``model`` to diagnose an injected bug."""
     from .baseline import run_baseline
-    from .compare.engine import compare_paths
+    from .compare.pipeline import compare_paths
     from .dump import run_dump
     from .targets import DumpRequest
 

@@ -25,7 +25,10 @@ class QnnDebugError(Exception):
         return f"{self.message} ({self.hint})" if self.hint else self.message
 
     def to_dict(self) -> dict[str, Any]:
-        return {"error": self.kind, "message": self.message, "hint": self.hint, "details": self.details}
+        """The wire form of this error: ``type`` is the class name, so a parent process rebuilds the same class
+        (:func:`error_from_dict`); ``error`` is the coarse kind a script can switch on."""
+        return {"error": self.kind, "type": type(self).__name__, "message": self.message, "hint": self.hint,
+                "details": self.details}
 
 
 class BadInputError(QnnDebugError):
@@ -58,3 +61,22 @@ def flatten_message(text: str, limit: int = 600) -> str:
     """Native messages (ORT, QNN, MNN) span lines and tabs; an error message must be one readable line."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def error_from_dict(doc: dict[str, Any], *, default: type[QnnDebugError] | None = None) -> QnnDebugError:
+    """Rebuild the error another process sent with :meth:`QnnDebugError.to_dict`: the same class (by ``type``),
+    message, hint and details. An unknown class name becomes ``default`` (a :class:`TargetError`) with its kind kept."""
+    cls = ERROR_CLASSES.get(str(doc.get("type") or ""), default or TargetError)
+    details = doc.get("details")
+    err = cls(str(doc.get("message") or "the engine failed"), hint=doc.get("hint"),
+              details=details if isinstance(details, dict) else {})
+    kind = doc.get("error")
+    if isinstance(kind, str) and kind:
+        err.kind = kind  # e.g. a worker's "timeout": the sender's word for what happened
+    return err
+
+
+ERROR_CLASSES: dict[str, type[QnnDebugError]] = {
+    cls.__name__: cls
+    for cls in (QnnDebugError, BadInputError, TargetError, UnsupportedOnTargetError, DeviceError)
+}

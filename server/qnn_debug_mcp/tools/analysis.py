@@ -16,11 +16,11 @@ from pydantic import Field
 from qnn_debug.mnn.soc import DEFAULT_SOC, default_soc_help
 
 from ..args import Background, ClientRoots, InputsOrTestDir, OutPath, PathArg
-from ..calls import app_state, engine_roots, exec_workspace, new_output, tool, workspace
 from ..errors import tool_error
 from ..long_runs import run_long
 from ..models import LongToolAnswer
 from ..target_options import Serial, TargetOptions, option_args
+from ..tool_context import app_state, engine_roots, exec_workspace, new_output, tool, workspace
 
 Target = Literal["htp-sim", "device", "host"]
 Shapes = Annotated[

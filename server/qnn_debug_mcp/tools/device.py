@@ -19,10 +19,19 @@ from qnn_debug.device.probe import ProbeResult
 
 from .. import quick_tasks
 from ..args import Background, ClientRoots, InputsPath, OutPath, PathArg
-from ..calls import app_state, engine_roots, exec_workspace, new_output, quick, respond, tool, workspace
 from ..long_runs import run_long
 from ..models import LongToolAnswer
 from ..target_options import DevicePath, Serial, TargetOptions, option_args
+from ..tool_context import (
+    app_state,
+    engine_roots,
+    exec_workspace,
+    new_output,
+    quick,
+    respond,
+    tool,
+    workspace,
+)
 from ..workspace import PathKind
 from .analysis import Seed, Shapes, shape_args
 

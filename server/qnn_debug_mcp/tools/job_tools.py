@@ -11,9 +11,9 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from ..args import JobId
-from ..calls import app_state, caller, relay, respond, tool
 from ..long_runs import publish_report
 from ..models import JobInfo, JobOutcome
+from ..tool_context import app_state, caller, relay, respond, tool
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 CANCELS = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)

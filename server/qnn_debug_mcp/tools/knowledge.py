@@ -20,9 +20,9 @@ from qnn_debug.triage.models import TriageResult
 
 from .. import quick_tasks
 from ..args import ClientRoots, PathArg
-from ..calls import app_state, engine, quick, respond, tool, workspace
 from ..errors import tool_error
 from ..playbooks import playbook_uri
+from ..tool_context import app_state, engine, quick, respond, tool, workspace
 
 READ_ONLY_LOCAL = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 EDITS_TESTDIR = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)

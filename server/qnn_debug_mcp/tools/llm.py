@@ -18,10 +18,10 @@ from qnn_debug.llm.check_models import LlmCheckRequest, LlmCheckResult
 
 from .. import quick_tasks
 from ..args import Background, ClientRoots, OutPath, PathArg
-from ..calls import app_state, engine_roots, new_output, quick, respond, tool, workspace
 from ..long_runs import run_long
 from ..models import LongToolAnswer
 from ..target_options import Serial
+from ..tool_context import app_state, engine_roots, new_output, quick, respond, tool, workspace
 
 READ_ONLY_LOCAL = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 WRITES_RUNS_MAYBE_DEVICE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,

@@ -13,10 +13,10 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from ..args import Background, ClientRoots, InputsOrTestDir, OutPath, PathArg
-from ..calls import app_state, engine_roots, exec_workspace, new_output, tool, workspace
 from ..long_runs import run_long
 from ..models import LongToolAnswer
 from ..target_options import Serial, TargetOptions, option_args
+from ..tool_context import app_state, engine_roots, exec_workspace, new_output, tool, workspace
 from .analysis import WRITES_RUNS_MAYBE_DEVICE, Arch, Seed, Shapes, Soc, Target, shape_args
 
 ReferenceModel = Annotated[str | None, Field(default=None, max_length=4096,

@@ -80,7 +80,7 @@ def compare(
     """Compare TARGET with REFERENCE tensor by tensor, name the first failing op and give a verdict.
 
     TARGET is one run; a baseline directory is refused with a pointer to its reference/ run."""
-    from ..compare.engine import CompareOptions, compare_paths
+    from ..compare.pipeline import CompareOptions, compare_paths
 
     to_stdout = json_out == STDOUT
     if fp16_codes not in ("htp", "ieee"):

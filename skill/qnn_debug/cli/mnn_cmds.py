@@ -30,7 +30,7 @@ def _bool_word(value: str | None, what: str) -> bool | None:
 @app.command("devices")
 def devices(adb: str = ADB_OPTION, json_out: bool = JSON_OPTION) -> None:
     """List the phones adb sees and their state (device, unauthorized, offline)."""
-    from ..mnn.tasks import list_devices
+    from ..device_ops import list_devices
 
     try:
         result = list_devices(adb=adb)
@@ -59,7 +59,7 @@ def probe(
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Report the phone's SoC and HTP arch and which runtime files are missing (with the adb push for each)."""
-    from ..mnn.tasks import probe as do_probe
+    from ..device_ops import probe as do_probe
 
     try:
         with cli_progress() as progress, progress.stage("probe", total=None, message="probing the phone"):
@@ -102,8 +102,8 @@ def run(
 
     Exit status 1 when the run completed but an output failed the check (or QNN reported an error).
     """
+    from ..device_ops import run_model
     from ..inputs import parse_shape_args
-    from ..mnn.tasks import run_model
 
     try:
         if target not in ("device", "host"):
@@ -148,8 +148,8 @@ def testdir(
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Write an MNN test dir (input.json + <tensor>.txt) the way testMNNFromOnnx.py does, for ModuleBasic."""
+    from ..device_ops import make_testdir
     from ..inputs import parse_shape_args
-    from ..mnn.tasks import make_testdir
 
     try:
         mutable = None if shape_mutable.strip().lower() == "absent" else _bool_word(shape_mutable, "--shape-mutable")
@@ -200,7 +200,7 @@ def import_dump(
     json_out: bool = JSON_OPTION,
 ) -> None:
     """Import an MNN QNN dump directory as a run that `compare` reads like any other."""
-    from ..mnn.tasks import import_dump as do_import
+    from ..device_ops import import_dump as do_import
 
     try:
         with cli_progress() as progress:

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import BadInputError
 from ..runstore import Equivalence, Run, TensorRecord
-from .metrics import ErrorStats, Workspace
+from .metrics import ErrorStats, ScratchArrays
 from .npy_stream import NpyStream, prefetch
 from .schema import UnalignedRow
 
@@ -222,20 +222,20 @@ def prefetch_pair(reference: Run, other: Run, pair: Pair) -> None:
 
 
 def pair_stats(reference: Run, other: Run, pair: Pair, *, atol: float, rtol: float,
-               chunk: int = DEFAULT_CHUNK, ws: Workspace | None = None) -> ErrorStats:
+               chunk: int = DEFAULT_CHUNK, ws: ScratchArrays | None = None) -> ErrorStats:
     """Stream one pair through :class:`ErrorStats` with bounded memory (see :func:`shared_reference_stats`)."""
     return shared_reference_stats(reference, [(other, pair)], atol=atol, rtol=rtol, chunk=chunk, ws=ws)[0]
 
 
 def shared_reference_stats(reference: Run, others: list[tuple[Run, Pair]], *, atol: float, rtol: float,
-                           chunk: int = DEFAULT_CHUNK, ws: Workspace | None = None) -> list[ErrorStats]:
+                           chunk: int = DEFAULT_CHUNK, ws: ScratchArrays | None = None) -> list[ErrorStats]:
     """Stream pairs that share one reference tensor (a target and the fp16 floor) through one
     :class:`ErrorStats` each, reading the reference file once.
 
     Same-order layouts read every file sequentially into the workspace's buffers; a pair in NHWC order
     (or a Fortran-ordered file) walks memory-mapped arrays in blocks instead.
     """
-    ws = ws or Workspace()
+    ws = ws or ScratchArrays()
     stats = [ErrorStats(atol=atol, rtol=rtol) for _ in others]
     ref_rec = others[0][1].ref
     streamable = [i for i, (_, pair) in enumerate(others) if pair.layout != "nhwc" and pair.ref.file == ref_rec.file]
@@ -253,7 +253,7 @@ def shared_reference_stats(reference: Run, others: list[tuple[Run, Pair]], *, at
 
 
 def _stream_shared(reference: Run, ref_rec: TensorRecord, others: list[tuple[Run, Pair]], stats: list[ErrorStats],
-                   chunk: int, ws: Workspace) -> bool:
+                   chunk: int, ws: ScratchArrays) -> bool:
     """Read the reference and every other file chunk by chunk, in step; False (nothing added) when a file
     is Fortran-ordered and must be walked through memory maps instead."""
     with contextlib.ExitStack() as stack:

@@ -31,7 +31,7 @@ _F16_MASK = np.int32(-0x70002000)  # 0x8FFFE000: sign bit + the 15 exponent/mant
 _F16_SCALE = np.float32(2.0**112)  # rebias fp16's exponent (15) to fp32's (127)
 
 
-class Workspace:
+class ScratchArrays:
     """Scratch arrays reused for every chunk of every tensor, so the hot loop allocates nothing.
 
     Fresh temporaries cost a page fault per 4 KiB on first touch, which measured slower than the
@@ -76,7 +76,7 @@ def _widen_fp16(chunk: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
-def as_float32(chunk: np.ndarray, ws: Workspace | None = None, slot: str = "t32") -> np.ndarray:
+def as_float32(chunk: np.ndarray, ws: ScratchArrays | None = None, slot: str = "t32") -> np.ndarray:
     """A contiguous float32 view/copy of a 1-D chunk; fp16 is widened exactly with integer ops."""
     if chunk.dtype == np.float32:
         return np.ascontiguousarray(chunk)
@@ -85,7 +85,7 @@ def as_float32(chunk: np.ndarray, ws: Workspace | None = None, slot: str = "t32"
     chunk = np.ascontiguousarray(chunk)
     if _has_fp16_specials(chunk):
         return chunk.astype(np.float32)
-    return _widen_fp16(chunk, (ws or Workspace()).get(slot, chunk.size))
+    return _widen_fp16(chunk, (ws or ScratchArrays()).get(slot, chunk.size))
 
 
 @dataclass
@@ -112,7 +112,7 @@ class ErrorStats:
     max_r: float = -math.inf
     n_outside: int = 0
 
-    def add(self, t: np.ndarray, r: np.ndarray, ws: Workspace | None = None, *, wide: bool = False) -> None:
+    def add(self, t: np.ndarray, r: np.ndarray, ws: ScratchArrays | None = None, *, wide: bool = False) -> None:
         """Add one pair of flat chunks of equal length, stored in any numeric dtype (fp16 fused in).
 
         One pass per chunk: the target is widened straight into the scratch that then holds t - r, so no
@@ -123,7 +123,7 @@ class ErrorStats:
             raise ValueError(f"chunk sizes differ: {t.size} vs {r.size}")
         if t.size == 0:
             return
-        ws = ws or Workspace()
+        ws = ws or ScratchArrays()
         dtype = np.float64 if wide else np.float32
         rr = self._operand(r, ws, "r32", dtype)
         d = ws.get("d64" if wide else "d", t.size, dtype)
@@ -151,7 +151,7 @@ class ErrorStats:
             self.n_outside += _count_outside(a, rr, self.atol, self.rtol, ws)
 
     @staticmethod
-    def _operand(r: np.ndarray, ws: Workspace, slot: str, dtype: type) -> np.ndarray:
+    def _operand(r: np.ndarray, ws: ScratchArrays, slot: str, dtype: type) -> np.ndarray:
         if r.dtype == dtype:
             return np.ascontiguousarray(r)
         if r.dtype == np.float16 and dtype is np.float32:
@@ -197,7 +197,7 @@ class ErrorStats:
         return self.pairs == self.n and self.sum_d2 == 0.0 and self.max_abs_d == 0.0
 
 
-def _count_outside(a: np.ndarray, r: np.ndarray, atol: float, rtol: float, ws: Workspace | None) -> int:
+def _count_outside(a: np.ndarray, r: np.ndarray, atol: float, rtol: float, ws: ScratchArrays | None) -> int:
     """Elements with |d| > atol + rtol*|r| (``a`` = |d|), checking only those that already exceed atol."""
     mask = np.greater(a, atol, out=ws.get("mask", a.size, np.bool_)) if ws is not None else a > atol
     idx = np.flatnonzero(mask)
@@ -300,14 +300,14 @@ def metric_values(stats: ErrorStats) -> dict[str, float | None]:
 
 
 def error_stats(target: np.ndarray, reference: np.ndarray, *, atol: float = 1e-2, rtol: float = 1e-2,
-                chunk: int = 1 << 20, wide: bool = False, ws: Workspace | None = None) -> ErrorStats:
+                chunk: int = 1 << 20, wide: bool = False, ws: ScratchArrays | None = None) -> ErrorStats:
     """Statistics of two in-memory (or memory-mapped) arrays of the same size, in chunks."""
     t = np.asarray(target).reshape(-1)
     r = np.asarray(reference).reshape(-1)
     if t.size != r.size:
         raise ValueError(f"sizes differ: {t.size} vs {r.size}")
     stats = ErrorStats(atol=atol, rtol=rtol)
-    ws = ws or Workspace()
+    ws = ws or ScratchArrays()
     for i in range(0, t.size, chunk):
         stats.add(t[i : i + chunk], r[i : i + chunk], ws, wide=wide)
     return stats

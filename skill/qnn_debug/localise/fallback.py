@@ -114,7 +114,7 @@ def localise_without_full_dump(model: Path, reference_model: Path, out: Path, ba
                                timeout: float, force: bool,
                                progress: Progress = NULL_PROGRESS) -> tuple[CompareResult | None, FallbackReport]:
     """Chunked marking first; bisection when a chunk fails to build or changes the outputs too."""
-    from ..compare.engine import compare_paths
+    from ..compare.pipeline import compare_paths
     from .bisect import BisectRequest, run_bisect
     from .chunked import run_chunked_dump
 

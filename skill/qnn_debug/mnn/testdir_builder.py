@@ -1,7 +1,7 @@
 """Write MNN test directories (the layout :mod:`qnn_debug.mnn.testdir` reads and ``ModuleBasic.out`` runs).
 
 Kept apart from the reader so that reading a test dir (which ``inputs`` does for every ``--inputs DIR``)
-never pulls in what builds one. A test dir from a baseline is made one level up, in ``mnn.tasks``.
+never pulls in what builds one. A test dir from a baseline is made one level up, in ``device_ops``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Signatures live in ``data/triage_signatures.json``; :func:`triage_log` streams l
 
 from __future__ import annotations
 
-from .engine import triage_log
+from .classify import triage_log
 from .models import Evidence, Hypothesis, NextStep, TriageResult
 
 __all__ = ["Evidence", "Hypothesis", "NextStep", "TriageResult", "triage_log"]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import fs
-from ..errors import QnnDebugError, TargetError
+from ..errors import TargetError, error_from_dict
 from ..progress import NULL_PROGRESS, PROGRESS_PREFIX, Progress, ProgressEvent
 
 
@@ -82,7 +82,7 @@ def run_worker(
         except (OSError, json.JSONDecodeError) as e:
             raise TargetError(f"{what} returned no result ({e})", hint=f"last output: {_tail(log_file)}") from None
     if "error" in response:
-        raise _rebuild_error(response["error"])
+        raise error_from_dict(response["error"])
     result: dict[str, Any] = response["result"]
     return result
 
@@ -135,12 +135,3 @@ def _tail(path: Path, lines: int = 12) -> str:
     except OSError:
         return ""
     return "\n".join(text.strip().splitlines()[-lines:])
-
-
-def _rebuild_error(err: dict[str, Any]) -> QnnDebugError:
-    from .. import errors
-
-    cls = getattr(errors, str(err.get("type", "")), None)
-    if not (isinstance(cls, type) and issubclass(cls, QnnDebugError)):
-        cls = TargetError
-    return cls(str(err.get("message", "worker failed")), hint=err.get("hint"), details=err.get("details") or {})

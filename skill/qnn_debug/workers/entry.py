@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
         result = module.main(request, progress)
         payload = {"result": result}
     except QnnDebugError as e:
-        payload = {"error": {"type": type(e).__name__, "message": e.message, "hint": e.hint, "details": e.details}}
+        payload = {"error": e.to_dict()}
     except Exception as e:  # a bug or an unexpected library error: keep the trace in the log
         traceback.print_exc()
         payload = {"error": {"type": "TargetError", "message": f"{type(e).__name__}: {e}", "hint": None, "details": {}}}

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from qnn_debug.errors import QnnDebugError
 
 from .child_call import call_in_child
-from .engine import run_engine
+from .cli_child import run_engine
 from .errors import from_engine, tool_error
 from .outputs import new_run_dir
 from .progress import ProgressRelay

@@ -34,7 +34,7 @@ from .checks import quant_step
 from .fusion import fused_words, name_target_op
 from .importers import ReferenceSide, open_reference, open_target, target_kind
 from .localize import OpNode, find_suspects, judge_tensor, ops_without_graph
-from .metrics import Workspace, metric_values
+from .metrics import ScratchArrays, metric_values
 from .next_steps import next_steps
 from .overflow import find_overflow, reference_maxima
 from .quant_detect import detect as detect_quantization
@@ -326,7 +326,7 @@ def stream_metrics(side: ReferenceSide, target: Run, pairs: list[Pair], floor_pa
     def one(pair: Pair) -> tuple[Pair, MetricValues, MetricValues | None]:
         ws = getattr(local, "ws", None)
         if ws is None:
-            ws = local.ws = Workspace()
+            ws = local.ws = ScratchArrays()
         fp = floor_pairs.get(pair.ref.name)
         others = [(target, pair)]
         if fp is not None and side.floor is not None:

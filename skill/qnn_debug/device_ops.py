@@ -11,13 +11,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..errors import BadInputError
-from ..progress import NULL_PROGRESS, Progress
-from ..runstore import load_run
-from ..targets import Precision
-from .modulebasic import ModuleBasicReport, forward_type, precision_value
-from .soc import DEFAULT_SOC
-from .testdir import TestDirInfo
+from .errors import BadInputError
+from .mnn.modulebasic import ModuleBasicReport, forward_type, precision_value
+from .mnn.soc import DEFAULT_SOC
+from .mnn.testdir import TestDirInfo
+from .progress import NULL_PROGRESS, Progress
+from .runstore import load_run
+from .targets import Precision
 
 
 class DevicesResult(BaseModel):
@@ -27,7 +27,7 @@ class DevicesResult(BaseModel):
 
 def list_devices(*, adb: str = "adb", timeout: float = 30.0) -> DevicesResult:
     """Every phone adb sees, with its state (device / unauthorized / offline)."""
-    from ..device.adb import Adb
+    from .device.adb import Adb
 
     devices = Adb(adb=adb, timeout=timeout).devices()
     return DevicesResult(devices=[d.model_dump() for d in devices], ready=[d.serial for d in devices if d.state == "device"])
@@ -37,9 +37,9 @@ def probe(*, serial: str | None = None, adb: str = "adb", mnn_dir: str | None = 
           qnn_sdk: str | None = None, mnn_build: str | None = None, ndk: str | None = None,
           timeout: float = 60.0) -> Any:
     """SoC, HTP arch and the runtime files present on the phone (with push commands for missing ones)."""
-    from ..device.adb import Adb
-    from ..device.probe import probe_device
-    from ..targets.device import DEFAULT_MNN_DIR
+    from .device.adb import Adb
+    from .device.probe import probe_device
+    from .targets.device import DEFAULT_MNN_DIR
 
     if mode not in ("online", "offline"):
         raise BadInputError(f"unknown mode {mode!r}", hint="use online or offline")
@@ -71,7 +71,7 @@ def run_model(model: str | os.PathLike[str], *, target: Literal["device", "host"
               force: bool = False, timeout: float = 1800.0, soc_model: int = DEFAULT_SOC, htp_arch: int | None = None,
               progress: Progress = NULL_PROGRESS) -> RunModelResult:
     """Run ``model`` with ModuleBasic on a phone or a local build, exactly as MNN's own test does."""
-    from ..targets import DumpRequest, get_target
+    from .targets import DumpRequest, get_target
 
     if target not in ("device", "host"):
         raise BadInputError(f"unknown target {target!r}", hint="use device or host")
@@ -87,7 +87,7 @@ def run_model(model: str | os.PathLike[str], *, target: Literal["device", "host"
     if baseline is not None:
         opts["baseline"] = str(baseline)
         if inputs is None and testdir is None:
-            from ..baseline import load_baseline
+            from .baseline import load_baseline
 
             inputs = load_baseline(baseline).inputs_path
     request = DumpRequest(model=Path(model), out=Path(out), target=target,
@@ -106,15 +106,15 @@ def make_testdir(out: str | os.PathLike[str], *, baseline: str | os.PathLike[str
                  shapes: dict[str, list[int]] | None = None, seed: int = 0, shape_mutable: bool | None = False,
                  force: bool = False) -> TestDirInfo:
     """A ModuleBasic test dir from a baseline (inputs + fp32 references) or from a model's inputs alone."""
-    from .testdir_builder import write_testdir
+    from .mnn.testdir_builder import write_testdir
 
     if baseline is not None:
         return testdir_from_baseline(baseline, out, shape_mutable=shape_mutable, force=force)
     if model is None:
         raise BadInputError("nothing to build the test dir from", hint="pass --baseline DIR (recommended) or --model X.mnn")
-    from ..inputs import prepare_inputs
-    from ..runstore import TensorSpec
-    from .model_reader import read_mnn_model
+    from .inputs import prepare_inputs
+    from .mnn.model_reader import read_mnn_model
+    from .runstore import TensorSpec
 
     m = read_mnn_model(model)
     specs = [TensorSpec(name=i.name, shape=[d if d > 0 else None for d in i.shape], dtype=i.dtype) for i in m.inputs]
@@ -131,8 +131,8 @@ def testdir_from_baseline(baseline_dir: str | os.PathLike[str], out: str | os.Pa
     """
     import numpy as np
 
-    from ..baseline import load_baseline
-    from .testdir_builder import write_testdir
+    from .baseline import load_baseline
+    from .mnn.testdir_builder import write_testdir
 
     base = load_baseline(baseline_dir)
     with np.load(base.inputs_path, allow_pickle=False) as npz:
@@ -159,7 +159,7 @@ def import_dump(dump_dir: str | os.PathLike[str], *, out: str | os.PathLike[str]
                 execution: int | None = None, reference: str | os.PathLike[str] | None = None, force: bool = False,
                 progress: Progress = NULL_PROGRESS) -> ImportResult:
     """Import an MNN QNN dump dir; ``reference`` (a run or baseline dir) supplies exact tensor shapes."""
-    from .dump_reader import import_mnn_dump
+    from .mnn.dump_reader import import_mnn_dump
 
     shapes = _reference_shapes(Path(reference)) if reference is not None else None
     run = import_mnn_dump(dump_dir, mnn_model=model, execution=execution, out=out, force=force, shapes=shapes,
@@ -171,7 +171,7 @@ def import_dump(dump_dir: str | os.PathLike[str], *, out: str | os.PathLike[str]
 
 def _reference_shapes(path: Path) -> dict[str, list[int]]:
     if (path / "baseline.json").is_file():
-        from ..baseline import load_baseline
+        from .baseline import load_baseline
 
         run = load_baseline(path).reference
     else:

@@ -1,0 +1,59 @@
+"""Field markers the faces read off a request model, so an option is declared once, here.
+
+- :class:`PathRole` on a field says it names a host path: the MCP server resolves and confines it in
+  the caller's workspace (``role="exec"``: only the operator's ``--exec-root`` folders; ``role="out"``:
+  a fresh output directory claimed for this call) before the request leaves for the child process.
+- :class:`Cli` on a field says how the CLI spells it: a positional argument or a flag name (the
+  field's ``description`` is the help text), and how to parse the strings typed on the command line.
+
+Both are plain metadata in ``Annotated[...]``; pydantic ignores them and they never reach a schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+PathKind = Literal["file", "dir", "any"]
+
+
+@dataclass(frozen=True)
+class PathRole:
+    """The field holds a host path of ``kind``; ``role`` says which folders it may come from."""
+
+    kind: PathKind = "any"
+    role: Literal["in", "out", "exec"] = "in"
+
+
+@dataclass(frozen=True)
+class Cli:
+    """How the CLI spells a field: ``flag`` ("--soc", "--mnn-gate/--no-mnn-gate") or ``positional``;
+    ``parse`` turns the typed string(s) into the field's value (e.g. ``NAME=1x3x224x224`` into a dict);
+    ``hidden`` keeps a field off the command line (an MCP-only input such as pasted log text)."""
+
+    flag: str | None = None
+    positional: bool = False
+    parse: Callable[[Any], Any] | None = None
+    hidden: bool = False
+
+
+def marker(field: FieldInfo, kind: type[Any]) -> Any | None:
+    """The first ``kind`` marker in a field's metadata, or None."""
+    for item in field.metadata:
+        if isinstance(item, kind):
+            return item
+    return None
+
+
+def path_fields(model: type[BaseModel]) -> dict[str, PathRole]:
+    """Every field of ``model`` that names a host path, with its role."""
+    out: dict[str, PathRole] = {}
+    for name, field in model.model_fields.items():
+        role = marker(field, PathRole)
+        if role is not None:
+            out[name] = role
+    return out
