@@ -6,7 +6,10 @@
 - :class:`Cli` on a field says how the CLI spells it: a positional argument or a flag name (the
   field's ``description`` is the help text), and how to parse the strings typed on the command line.
 
-Both are plain metadata in ``Annotated[...]``; pydantic ignores them and they never reach a schema.
+- :class:`ServerSet` on a field says the MCP server fills it from its own configuration (``adb``, time
+  limits, ``force``): it is left out of the tool's input schema and a client can never set it.
+
+All three are plain metadata in ``Annotated[...]``; pydantic ignores them and they never reach a schema.
 """
 
 from __future__ import annotations
@@ -39,6 +42,14 @@ class Cli:
     positional: bool = False
     parse: Callable[[Any], Any] | None = None
     hidden: bool = False
+
+
+@dataclass(frozen=True)
+class ServerSet:
+    """The MCP server sets this field itself (from ``source``, a name in its configuration, or the field's
+    default when None); clients never see or set it. The CLI still offers it (per :class:`Cli`)."""
+
+    source: str | None = None
 
 
 def marker(field: FieldInfo, kind: type[Any]) -> Any | None:

@@ -22,6 +22,11 @@ class Request(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    def default_out(self) -> tuple[str, str] | None:
+        """Where this request's output goes when ``out`` is not given: ``(group, leaf)``, i.e. the CLI's
+        ``qnn-debug-runs/<group>/<leaf>`` and the server's fresh folder under the same names. None: no output."""
+        return None
+
 
 class TriageRequest(Request):
     """A log to classify: a file (``log_path``) or the text itself (``log_text``), and past solved cases."""
