@@ -13,10 +13,10 @@ from qnn_debug.triage import triage_log
 from qnn_debug.triage.signatures import CATEGORIES
 from triage_accuracy import CORPUS, HELDOUT, evaluate, top1
 
-# Regression floor only, set AFTER the single measurement of the fresh held-out set (16/24 = 66.7%; 15/24 = 62.5%
-# with the signatures before that round): two more misses fail the test. The goal (90%) is reported by
-# triage_accuracy.py, not asserted.
-HELDOUT_FLOOR = 0.62
+# Regression floor only, set AFTER the single measurement of the current (round-3) held-out set and never above it.
+# Until that measurement it stays 0 (the set was committed before any tuning of the round). The goal (90%) is
+# reported by triage_accuracy.py, not asserted.
+HELDOUT_FLOOR = 0.0
 
 
 def test_corpus_is_real_and_large_enough() -> None:
