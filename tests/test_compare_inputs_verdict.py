@@ -74,8 +74,11 @@ def test_baseline_on_other_data_blames_the_input_not_a_downstream_op(mnn_fixture
     assert "shapeMutable=true" in summary and not re.search(r"<[A-Za-z][^<>`]*>", summary)
     assert v["evidence"]["input_mismatch"]["observed_as"] == "x@cast"
     steps = out["next_steps"]
-    assert "--inputs TESTDIR" in steps[0] and "qnn-debug baseline" in steps[0]
-    assert "toggle-shape-mutable" in steps[1]
+    assert steps[0]["tool"] == "baseline" and steps[0]["cli"].startswith("qnn-debug baseline")
+    assert '--inputs "$TESTDIR"' in steps[0]["cli"] and "set TESTDIR to" in steps[0]["why"]
+    assert steps[1]["tool"] == "compare" and steps[1]["cli"].startswith('qnn-debug compare "$NEW_BASELINE"')
+    assert "--mnn-model" in steps[1]["cli"]
+    assert steps[2]["tool"] == "toggle_shapeMutable" and "toggle-shape-mutable" in steps[2]["cli"]
 
 
 @pytest.mark.parametrize("source", ["npz", "testdir"])

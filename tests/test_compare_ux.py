@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from pathlib import Path
+from typing import Any
 
-import anyio
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -22,6 +21,9 @@ import typer
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
+from next_steps_check import argv as step_argv
+from next_steps_check import check_steps
+from next_steps_check import text as steps_text
 from qnn_debug.cli import app
 from qnn_debug.compare import fmt
 from qnn_debug.compare.metrics import SQNR_CAP_DB
@@ -135,7 +137,7 @@ def test_quantization_verdict_points_at_encodings(qdq_diagnosis: tuple[Path, str
     out, text = qdq_diagnosis
     result = CompareResult.model_validate_json((out / "report" / "compare.json").read_text())
     worst = result.verdict.evidence["worst_excess"]["tensor"]
-    assert any("encodings" in s and worst in s for s in result.next_steps)
+    assert any("encodings" in s.why and worst in s.why for s in result.next_steps)
     assert "next steps:" in text
     _check_steps(result.next_steps)
 
@@ -172,32 +174,13 @@ def _lut_net() -> onnx.ModelProto:
     return model
 
 
-def _mcp_tools() -> set[str]:
-    from qnn_debug_mcp.app import build_server
-
-    return {t.name for t in anyio.run(build_server().list_tools)}
+def _commands(steps: list[Any]) -> list[list[str]]:
+    return [step_argv(s) for s in steps]
 
 
-def _commands(steps: list[str]) -> list[list[str]]:
-    return [shlex.split(c) for s in steps for c in re.findall(r"`(qnn-debug [^`]+)`", s)]
-
-
-def _check_steps(steps: list[str]) -> None:
-    """Every command is a real subcommand with real options; every [tool] an MCP tool; every playbook a file."""
-    group = typer.main.get_command(app)
-    tools = _mcp_tools()
-    assert _commands(steps), steps
-    for argv in _commands(steps):
-        command = group.commands.get(argv[1])  # type: ignore[attr-defined]
-        assert command is not None, argv
-        opts = {o for p in command.params for o in [*p.opts, *getattr(p, "secondary_opts", [])]}
-        for token in argv[2:]:
-            if token.startswith("--"):
-                assert token.split("=")[0] in opts, (argv, token)
-    for name in re.findall(r"\[([A-Za-z_]+)\]", " ".join(steps)):
-        assert name in tools, name
-    for book in re.findall(r"playbooks/[\w-]+\.md", " ".join(steps)):
-        assert (REPO / book).is_file(), book
+def _check_steps(steps: list[Any]) -> None:
+    """Every command is a real subcommand with real options; every tool an MCP tool; every playbook a file."""
+    check_steps(steps)
 
 
 def test_precision_verdict_suggests_fusions_and_the_unmarked_outputs_and_they_run(tmp_path: Path) -> None:
@@ -208,10 +191,12 @@ def test_precision_verdict_suggests_fusions_and_the_unmarked_outputs_and_they_ru
     assert code == 0, text
     compare = json.loads(text)["compare"]
     assert compare["verdict"]["kind"] == "precision" and compare["first_failing"] is None
-    steps: list[str] = compare["next_steps"]
-    joined = " ".join(steps)
+    steps: list[dict[str, Any]] = compare["next_steps"]
+    joined = steps_text(steps)
     assert "disabled_optimizers=ConvBNFusion" in joined and "unmarked_outputs.npz" in joined
     assert "observer effect" in joined.lower() and "playbooks/wrong-numbers.md" in joined
+    assert any(s["tool"] == "dump_qnn" and "disabled_optimizers=ConvBNFusion" in s["cli"] for s in steps)
+    assert any(s["tool"] == "compare" and s["cli"].endswith("unmarked_outputs.npz") for s in steps)
     _check_steps(steps)
     md = (out / "report" / "compare.md").read_text()
     assert "**Next steps**" in md and "disabled_optimizers=ConvBNFusion" in md
@@ -229,8 +214,8 @@ def test_real_bug_verdict_suggests_the_op_probe_and_the_playbook(tmp_path: Path)
     onnx.save(inject(small_cnn(), "conv_on_zeros", "conv2"), str(edited))
     result = diagnose(edited, tmp_path / "diag", reference_model=original, mnn_gate=False).compare
     assert result.verdict.kind == "real_bug"
-    assert any("`qnn-debug op Conv --probe`" in s and "[lookup_op_constraints]" in s for s in result.next_steps)
-    assert any("playbooks/wrong-numbers.md" in s and "zero_input" in s for s in result.next_steps)
+    assert any(s.cli == "qnn-debug op Conv --probe" and s.tool == "lookup_op_constraints" for s in result.next_steps)
+    assert any("playbooks/wrong-numbers.md" in s.why and "zero_input" in s.why for s in result.next_steps)
     _check_steps(result.next_steps)
 
 
@@ -246,7 +231,8 @@ def test_input_not_copied_verdict_suggests_shape_mutable_false(tmp_path: Path) -
     np.savez(tmp_path / "zero.npz", x=x, **dict(zip(names, sess.run(None, {"x": x}), strict=True)))
     code, text = _cli("compare", str(tmp_path / "base"), str(tmp_path / "zero.npz"), "--report", str(tmp_path / "rep"))
     assert code == 0 and "verdict: input_not_copied" in text
-    assert "toggle-shape-mutable TESTDIR --value false" in text and "playbooks/shape-mutable.md" in text
+    assert 'toggle-shape-mutable "$TESTDIR" --value false' in text and "playbooks/shape-mutable.md" in text
+    assert "set TESTDIR to the MNN test dir the run used" in text
     result = CompareResult.model_validate_json((tmp_path / "rep" / "compare.json").read_text())
     assert "**Next steps**" in (tmp_path / "rep" / "compare.md").read_text()
     _check_steps(result.next_steps)

@@ -74,7 +74,7 @@ def test_l2norm_on_raw_pixels_is_precision_nan_inf_at_the_sum_of_squares(tmp_pat
     assert ev["reference_max_abs"] > 65504 and ev["inputs_max_abs"] <= 65504
     assert ev["target_at_rail"] > 0 and ev["rail"] == 131008.0
     assert "not fp16-safe" in v["summary"] and "sumsq" in v["summary"]
-    steps = " ".join(c["next_steps"])
+    steps = " ".join(s["why"] for s in c["next_steps"])
     assert "L2-norm" in steps and "2^-" in steps and "off the NPU" in steps and "precision=High does not" in steps
     assert "Not fp16-safe: `sumsq` reaches" in out["baseline_sentence"]
     report = json.loads((tmp_path / "l2" / "baseline" / "baseline.json").read_text())
@@ -104,7 +104,7 @@ def test_llm_decoder_with_outlier_channels_overflows_at_the_first_rmsnorm(tmp_pa
     assert (v["kind"], v["pattern"]) == ("precision", "nan_inf"), v["summary"]
     assert ff["op"] == "l0_in_norm_pow"
     assert v["evidence"]["fp16_range"]["scale_invariant"] == "RMSNorm"
-    assert "RMSNorm" in " ".join(out["compare"]["next_steps"])
+    assert "RMSNorm" in " ".join(s["why"] for s in out["compare"]["next_steps"])
     # the same run brought as an .npz: the same answer
     run = load_run(tmp_path / "dec" / "htp-sim")
     np.savez(tmp_path / "dec.npz", **{t.name: np.asarray(run.array(t.name)) for t in run.tensors})

@@ -81,7 +81,7 @@ def test_shrunk_activation_encoding_is_quantization_located_at_that_tensor(quant
     lo, hi = ev["device_range"]
     mlo, mhi = ev["model_range"]
     assert 3.0 < (mhi - mlo) / (hi - lo) < 5.0  # the device range is a quarter of the calibrated one
-    assert "clips" in v["summary"] and quant_case["shrunk_tensor"] in " ".join(out["next_steps"])
+    assert "clips" in v["summary"] and quant_case["shrunk_tensor"] in " ".join(s["why"] for s in out["next_steps"])
 
 
 def test_wrong_op_in_a_quantized_graph_stays_a_real_bug(quant_case: dict):
@@ -136,4 +136,4 @@ def test_swiglu_mul_output_with_an_operand_scale_is_quantization_at_the_mul(tmp_
     r = compare_paths(tmp_path / "base", _as_npz(tmp_path, tmp_path / "bug.onnx", "htp"))
     assert (r.verdict.kind, r.verdict.pattern) == ("quantization", "encoding_range"), r.verdict.summary
     assert r.first_failing is not None and r.first_failing.tensor == "l0_act" and r.first_failing.op_type == "Mul"
-    assert any("Mul output" in s for s in r.next_steps)
+    assert any("Mul output" in s.why for s in r.next_steps)

@@ -179,10 +179,17 @@ def summarize_compare(r: dict[str, Any]) -> str:
     ff = r.get("first_failing")
     if ff:
         text += f" First failing: tensor {ff.get('tensor')!r} from {ff.get('op')} ({ff.get('op_type')}) at position {ff.get('position')}."
+    return text + steps_text(r)
+
+
+def steps_text(r: dict[str, Any]) -> str:
+    """A result's structured next steps in one line: the MCP tool to call, the CLI line, why."""
     steps = r.get("next_steps") or []
-    if steps:
-        text += " Next steps: " + " ".join(f"({i}) {s}" for i, s in enumerate(steps, 1))
-    return text
+    if not steps:
+        return ""
+    return " Next steps: " + " ".join(
+        f"({i}) {'tool ' + s['tool'] + ', ' if s.get('tool') else ''}`{s.get('cli')}`: {s.get('why')}"
+        for i, s in enumerate(steps, 1))
 
 
 def summarize_diagnose(r: dict[str, Any]) -> str:
@@ -193,7 +200,7 @@ def summarize_diagnose(r: dict[str, Any]) -> str:
         head = f"Verdict from {r.get('method')} (the full dump was not used: {fallback.get('full_dump_not_used')}). "
     bisect = fallback.get("bisect")
     body = summarize_compare(r["compare"]) if r.get("compare") else (
-        f"verdict {bisect.get('verdict')}: {bisect.get('summary')}" if bisect else "no verdict")
+        f"verdict {bisect.get('verdict')}: {bisect.get('summary')}{steps_text(bisect)}" if bisect else "no verdict")
     return f"{head}{body} Baseline {trust}; runs in {r.get('out')}."
 
 

@@ -17,7 +17,7 @@ from ..long_runs import run_long
 from ..models import LongToolAnswer
 from ..target_options import Serial, TargetOptions, option_args
 from ..tool_context import app_state, engine_roots, exec_workspace, new_output, tool, workspace
-from .analysis import WRITES_RUNS_MAYBE_DEVICE, Arch, Seed, Shapes, Soc, Target, shape_args
+from .analysis import WRITES_RUNS_MAYBE_DEVICE, Arch, Seed, Shapes, Soc, Target, shape_args, steps_text
 
 ReferenceModel = Annotated[str | None, Field(default=None, max_length=4096,
                                              description="The model the CPU reference runs (default: `model`); give "
@@ -27,10 +27,7 @@ ReferenceModel = Annotated[str | None, Field(default=None, max_length=4096,
 def summarize_bisect(r: dict[str, Any]) -> str:
     probes = r.get("probes") or []
     text = f"verdict {r.get('verdict')} after {len(probes)} probes over {r.get('cut_points')} cuts: {r.get('summary', '')}"
-    steps = r.get("next_steps") or []
-    if steps:
-        text += " Next steps: " + " ".join(f"({i}) {s}" for i, s in enumerate(steps, 1))
-    return f"{text} Results in {r.get('out')}."
+    return f"{text}{steps_text(r)} Results in {r.get('out')}."
 
 
 def register(server: MCPServer) -> None:
@@ -86,7 +83,7 @@ def register_bisect(server: MCPServer) -> None:
 
 
 def summarize_blocks(r: dict[str, Any]) -> str:
-    return f"verdict {r.get('verdict')}: {r.get('summary', '')} Results in {r.get('out')}."
+    return f"verdict {r.get('verdict')}: {r.get('summary', '')}{steps_text(r)} Results in {r.get('out')}."
 
 
 def register_blocks(server: MCPServer) -> None:

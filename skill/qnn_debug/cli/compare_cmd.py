@@ -138,4 +138,4 @@ def print_summary(result: Any) -> None:
     for w in result.warnings[:5]:
         typer.echo(f"  warning: {w}")
     for i, step in enumerate(result.next_steps, 1):
-        typer.echo(("next steps:\n" if i == 1 else "") + f"  {i}. {step}")
+        typer.echo(("next steps:\n" if i == 1 else "") + f"  {i}. {step.cli}    # {step.why}")

@@ -69,7 +69,7 @@ def diagnose(
             b = result.fallback.bisect
             typer.echo(f"verdict {b.verdict}: {b.summary}")
             for step in b.next_steps:
-                typer.echo(f"next: {step}")
+                typer.echo(f"next: {step.cli}    # {step.why}")
         t = result.timings
         typer.echo(f"time: baseline {t.get('baseline_s')} s, {target} {t.get('dump_s')} s (side by side), "
                    f"compare {t.get('compare_s')} s, total {t.get('total_s')} s")

@@ -63,7 +63,7 @@ def bisect(
                        f"{'BAD ' if p.bad else 'good'} worst excess {w.excess_db if w else None} dB ({p.seconds} s)")
         typer.echo(f"verdict {result.verdict}: {result.summary}")
         for step in result.next_steps:
-            typer.echo(f"next: {step}")
+            typer.echo(f"next: {step.cli}    # {step.why}")
 
     emit(result, json_out, human)
 
@@ -120,5 +120,7 @@ def localise_blocks(
             where = f"layer {b.first}" if b.first == b.last else f"layers {b.first}..{b.last}"
             typer.echo(f"  {where:<14} {'BAD ' if b.bad else 'good'} worst excess {w.excess_db if w else None} dB")
         typer.echo(f"verdict {result.verdict}: {result.summary}")
+        for step in result.next_steps:
+            typer.echo(f"next: {step.cli}    # {step.why}")
 
     emit(result, json_out, human)

@@ -71,7 +71,9 @@ def _next_steps(r: CompareResult) -> list[str]:
     steps = r.next_steps
     if not steps:
         return []
-    return ["**Next steps**", "", *[f"{i}. {s}" for i, s in enumerate(steps, 1)], ""]
+    return ["**Next steps**", "",
+            *[f"{i}. `{s.cli}`" + (f" (MCP tool `{s.tool}`)" if s.tool else "") + f" — {s.why}"
+              for i, s in enumerate(steps, 1)], ""]
 
 
 def _cap(r: CompareResult) -> float:

@@ -4,8 +4,10 @@ The names ``first_failing``, ``verdict`` (``kind``/``pattern``/``confidence``/``
 ``tensors`` (``name, op, op_type, position, metrics, floor_metrics``), ``observer_effect_db`` and
 ``unaligned`` are the public contract of ``qnn-debug compare --json``. Add fields; never rename them.
 Added: ``tensors[].stands_for/equivalence/label`` (alias rows), ``first_failing.observed_as``, ``counts.aliases``.
-``next_steps`` (added) is derived from the rest of the result when the comparison finishes.
-Only pydantic is imported here, so the CLI and the MCP server can load the schema for free.
+``next_steps`` (added) is derived from the rest of the result when the comparison finishes: structured steps
+(``tool``, ``cli``, ``why``), the same :class:`~qnn_debug.next_step.NextStep` triage and the localisers return.
+Only pydantic (and the pydantic-only ``next_step``) is imported here, so the CLI and the MCP server can load
+the schema for free.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
+from ..next_step import NextStep
 
 SCHEMA_VERSION = 1
 
@@ -135,6 +139,6 @@ class CompareResult(BaseModel):
     report_files: dict[str, str] = Field(default_factory=dict)
     elapsed_s: float | None = None
 
-    # What to run next for this verdict (commands with the MCP tool in brackets, playbooks): derived from the
-    # rest of the result by ``compare.next_steps`` once the result is final (``compare.engine`` fills it).
-    next_steps: list[str] = Field(default_factory=list)
+    # What to run next for this verdict (MCP tool, runnable CLI line, why with the numbers and playbooks):
+    # derived from the rest of the result by ``compare.next_steps`` once the result is final.
+    next_steps: list[NextStep] = Field(default_factory=list)

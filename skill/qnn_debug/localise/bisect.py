@@ -18,7 +18,6 @@ is named from the baseline; HTP saturates there (at 131008, never inf), so it is
 
 from __future__ import annotations
 
-import shlex
 import shutil
 import time
 from collections.abc import Iterable
@@ -30,6 +29,7 @@ from pydantic import BaseModel, Field
 
 from ..compare.thresholds import Thresholds
 from ..errors import BadInputError
+from ..next_step import NextStep, step
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import Run, atomic_write_text, check_output_dir
 from .cut import CutPoint, cut_points, truncate
@@ -102,7 +102,7 @@ class BisectResult(BaseModel):
     summary: str
     fp16_range: RangeFinding | None = None
     elapsed_s: float = 0.0
-    next_steps: list[str] = Field(default_factory=list)
+    next_steps: list[NextStep] = Field(default_factory=list)
 
 
 def run_bisect(request: BisectRequest, progress: Progress = NULL_PROGRESS, *,
@@ -232,7 +232,9 @@ def _explain(result: BisectResult, th: Thresholds) -> None:
                           f"its output {ff.tensor!r} is {ff.excess_db} dB beyond the fp16 floor (target "
                           f"{ff.target_sqnr_db} dB vs floor {ff.floor_sqnr_db} dB) while every tensor the graph "
                           f"holds before it is within {th.jump_db:g} dB of the floor")
-        result.next_steps = [f"qnn-debug op {shlex.quote(ff.op_type)}"]
+        result.next_steps = [step("lookup_op_constraints", ["op", ff.op_type],
+                                  f"Check {ff.op_type}'s QNN/HTP constraints and known MNN traps: {ff.op} is the "
+                                  f"first failing op, {ff.excess_db} dB beyond the fp16 floor.")]
     else:
         worst = result.probes[0].worst if result.probes else None
         tail = (f" (final outputs: target {worst.target_sqnr_db} dB, floor {worst.floor_sqnr_db} dB)"
@@ -243,7 +245,9 @@ def _explain(result: BisectResult, th: Thresholds) -> None:
         if ff is None:
             result.verdict = "precision"
             if rng.op_type:
-                result.next_steps = [f"qnn-debug op {shlex.quote(rng.op_type)}"]
+                result.next_steps = [step("lookup_op_constraints", ["op", rng.op_type],
+                                          f"Check {rng.op_type}'s QNN/HTP constraints: {rng.op or rng.tensor!r} is "
+                                          f"the first op leaving the fp16 range ({rng.note}).")]
     elif ff is None and worst_short(result, th):
         result.verdict = "precision"
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 
 from ..compare.thresholds import Thresholds
 from ..errors import BadInputError
+from ..next_step import NextStep, step
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import atomic_write_text, check_output_dir
 from .bisect import RangeFinding, first_out_of_range
@@ -91,6 +92,7 @@ class BlockResult(BaseModel):
     fp16_range: RangeFinding | None = None
     elapsed_s: float = 0.0
     timings: dict[str, float] = Field(default_factory=dict)
+    next_steps: list[NextStep] = Field(default_factory=list)
 
 
 def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
@@ -367,12 +369,21 @@ def _explain(result: BlockResult, th: Thresholds) -> None:
                           f"(target {w.target_sqnr_db if w else '?'} dB, floor {w.floor_sqnr_db if w else '?'} dB)")
         if ff is not None:
             result.summary += f"; inside it, {ff.op} ({ff.op_type}) is the first failing op"
+            if ff.op_type:
+                result.next_steps = [step("lookup_op_constraints", ["op", ff.op_type],
+                                          f"Check {ff.op_type}'s QNN/HTP constraints and known MNN traps: {ff.op} is "
+                                          f"the first failing op inside {ff.block} ({ff.method}).")]
     else:
         result.summary = f"every one of the {n} blocks is within {th.jump_db:g} dB of its fp16 floor"
     if result.fp16_range is not None:
         result.summary += f"; fp16 range: {result.fp16_range.note}"
         if bad is None:
             result.verdict = "precision"
+            rng = result.fp16_range
+            if rng.op_type:
+                result.next_steps = [step("lookup_op_constraints", ["op", rng.op_type],
+                                          f"Check {rng.op_type}'s QNN/HTP constraints: {rng.op or rng.tensor!r} is "
+                                          f"the first op leaving the fp16 range ({rng.note}).")]
 
 
 def _prepare_out(out: Path, force: bool) -> Path:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from ..next_step import NextStep
 from .backtrace import Frame
 from .cases import KnownCase
 from .commands import CommandLine
+
+__all__ = ["Evidence", "Hypothesis", "KnownCase", "NextStep", "NoiseHit", "TriageResult", "TriageStats"]
 
 
 class Evidence(BaseModel):
@@ -24,14 +27,6 @@ class Hypothesis(BaseModel):
     score: float
     why: list[str] = Field(default_factory=list)
     playbook: str
-
-
-class NextStep(BaseModel):
-    """One of our tools to call next: the MCP tool name and the equivalent CLI command."""
-
-    tool: str
-    cli: str
-    why: str
 
 
 class NoiseHit(BaseModel):
