@@ -29,11 +29,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 
 from . import fs
+from .baseline_models import (  # noqa: F401  (re-exported: the result models live in the light module)
+    BASELINE_SCHEMA,
+    BaselineReport,
+    BaselineResult,
+    GateOutput,
+    GateReport,
+    GateStatus,
+    MnnModelCheck,
+)
 from .compare.metrics import error_stats, max_rel_error
-from .compare.ranges import RangeReport, range_report
+from .compare.ranges import range_report
 from .errors import BadInputError
 from .progress import NULL_PROGRESS, Progress
 from .runstore import (
@@ -44,12 +53,10 @@ from .runstore import (
     REFERENCE_DIR,
     RUN_FILE,
     TENSOR_DIR,
-    InputInfo,
     Run,
     atomic_write_text,
     check_output_dir,
     load_run,
-    now_iso,
 )
 
 if TYPE_CHECKING:
@@ -57,8 +64,6 @@ if TYPE_CHECKING:
 
 GATE_MIN_LIMIT, GATE_MAX_LIMIT, GATE_FLOOR_FRACTION = 1e-4, 1e-2, 0.1
 NEAR_ZERO = 1e-4  # an output whose largest magnitude is below this carries no signal to compare
-BASELINE_SCHEMA = 1
-
 # Tried with MNN 3.6.1's expression API (load_as_dict, evaluate op by op, Var.replace each output with its
 # fp16-rounded value): most ops work, but on PP-OCR cls every op behind a Shape → Slice → Reshape chain
 # fails to read once the input is replaced ("call to readMap meet a error"), the final output included.
@@ -68,71 +73,6 @@ MNN_FLOOR_UNAVAILABLE = (
     "(shape-dependent ops such as Reshape after Shape/Slice fail to read); build the baseline from the ONNX "
     "model to get a floor"
 )
-
-GateStatus = Literal["passed", "failed", "skipped", "not_applicable"]
-
-
-class GateOutput(BaseModel):
-    """One final output in the gate: MNN-vs-ORT relative error against its limit."""
-
-    name: str
-    rel_error: float | None  # max|mnn - ort| / max|ort|; None when one side is not finite
-    max_abs: float | None
-    ref_max_abs: float  # max|ort|: a near-zero output makes any relative error meaningless
-    floor_rel_error: float | None
-    limit: float
-    passed: bool
-
-
-class GateReport(BaseModel):
-    status: GateStatus
-    max_rel_error: float | None = None  # worst over the final outputs
-    worst_tensor: str | None = None  # worst over every tensor both runs share
-    worst_tensor_rel_error: float | None = None
-    compared_tensors: int = 0
-    outputs: list[GateOutput] = Field(default_factory=list)
-    shape_mismatches: list[str] = Field(default_factory=list)
-    note: str = ""
-
-
-class MnnModelCheck(BaseModel):
-    """The user's own ``.mnn`` (``--mnn-model``): its MNN CPU gate and how it differs from the one converted here."""
-
-    path: str
-    sha256: str
-    run: str  # sub-directory of its MNN CPU run inside the baseline
-    gate: GateReport
-    same_as_converted: bool | None = None  # None: nothing was converted to compare with (--no-mnn-gate)
-    differences: list[str] = Field(default_factory=list)
-
-
-class BaselineReport(BaseModel):
-    """Contents of ``baseline.json``."""
-
-    schema_version: int = BASELINE_SCHEMA
-    model: str
-    model_format: Literal["onnx", "mnn"]
-    model_sha256: str
-    reference: str  # "ort-cpu", "ort-cpu fake-quant" or "mnn-cpu"
-    qdq_model: bool = False
-    inputs: InputInfo
-    trusted: bool
-    sentence: str  # plain words: can the reference be trusted, and if not, why
-    gate: GateReport
-    floor: str  # "built" or why there is none
-    ranges: RangeReport | None = None  # fp16 range of the reference: the tensors that are not fp16-safe
-    mnn_model: MnnModelCheck | None = None  # the user's own .mnn, gated too (--mnn-model)
-    created_at: str = Field(default_factory=now_iso)
-    runs: dict[str, str] = Field(default_factory=dict)  # role → sub-directory
-
-
-class BaselineResult(BaseModel):
-    """What ``run_baseline`` returns (and ``qnn-debug baseline --json`` prints)."""
-
-    out: str
-    inputs_path: str
-    report: BaselineReport
-    tensors: dict[str, int]  # run directory → captured tensors
 
 
 @dataclass

@@ -9,8 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
-
+from .device_models import DevicesResult, ImportResult, RunModelResult
 from .errors import BadInputError
 from .mnn.modulebasic import ModuleBasicReport, forward_type, precision_value
 from .mnn.soc import DEFAULT_SOC
@@ -18,11 +17,6 @@ from .mnn.testdir import TestDirInfo
 from .progress import NULL_PROGRESS, Progress
 from .runstore import load_run
 from .targets import Precision
-
-
-class DevicesResult(BaseModel):
-    devices: list[dict[str, Any]]
-    ready: list[str] = Field(default_factory=list)
 
 
 def list_devices(*, adb: str = "adb", timeout: float = 30.0) -> DevicesResult:
@@ -45,20 +39,6 @@ def probe(*, serial: str | None = None, adb: str = "adb", mnn_dir: str | None = 
         raise BadInputError(f"unknown mode {mode!r}", hint="use online or offline")
     return probe_device(Adb(serial, adb=adb, timeout=timeout), mnn_dir=mnn_dir or DEFAULT_MNN_DIR, qnn_sdk=qnn_sdk,
                         mnn_build=mnn_build, ndk=ndk, mode=mode)
-
-
-class RunModelResult(BaseModel):
-    """A ModuleBasic run: MNN's verdict structured and judged, plus the run directory it left."""
-
-    status: str
-    reason: str
-    out: str
-    target: str
-    mode: str
-    forward_type: int
-    report: ModuleBasicReport
-    tensors: int
-    warnings: list[str] = Field(default_factory=list)
 
 
 _PRECISION_TO_RUN: dict[str, Precision] = {"low": "fp16", "normal": "fp16", "low_bf16": "fp16", "high": "fp32"}
@@ -144,15 +124,6 @@ def testdir_from_baseline(baseline_dir: str | os.PathLike[str], out: str | os.Pa
     references = {n: np.asarray(ref.array(n)) for n in outputs if ref.has(n)}
     return write_testdir(out, {n: arrays[n] for n in order}, outputs, references=references,
                          shape_mutable=shape_mutable, force=force)
-
-
-class ImportResult(BaseModel):
-    out: str
-    execution: int
-    tensors: int
-    precision: str
-    outputs: list[str]
-    warnings: list[str]
 
 
 def import_dump(dump_dir: str | os.PathLike[str], *, out: str | os.PathLike[str], model: str | os.PathLike[str] | None = None,

@@ -20,10 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
-
 from . import fs
 from .compare.schema import CompareResult
+from .diagnose_models import DiagnoseResult
 from .errors import BadInputError
 from .localise.fallback import FallbackReport
 from .mnn.soc import DEFAULT_SOC
@@ -36,19 +35,6 @@ if TYPE_CHECKING:
 INPUTS_FILE = "inputs.npz"
 BASELINE_DIR = "baseline"
 REPORT_DIR = "report"
-
-
-class DiagnoseResult(BaseModel):
-    out: str
-    baseline: str
-    target_run: str
-    report_dir: str
-    baseline_trusted: bool | None = None
-    baseline_sentence: str | None = None
-    compare: CompareResult | None = None  # None when bisection produced the verdict (see ``fallback.bisect``)
-    timings: dict[str, float] = Field(default_factory=dict)
-    method: str = "full_dump"  # full_dump | chunked_dump | bisect: what produced the verdict
-    fallback: FallbackReport | None = None  # why the full dump was not used, and what was done instead
 
 
 def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inputs: str | os.PathLike[str] | None = None,

@@ -6,28 +6,10 @@ the run for the CLI and the MCP server.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
-
+from .dump_models import DumpResult
 from .progress import NULL_PROGRESS, Progress
 from .runstore import Run
 from .targets import DumpRequest, get_target
-
-
-class DumpResult(BaseModel):
-    """What a dump captured, in a form small enough for a JSON answer."""
-
-    out: str
-    target: str
-    precision: str
-    soc_model: int | None = None
-    htp_arch: int | None = None
-    tensors: int
-    quantized_tensors: int = 0
-    qnn_nodes: int | None = None  # nodes of the model's own (unmarked) graph placed on QNN
-    outputs: list[str] = Field(default_factory=list)
-    observer_effect_db: dict[str, float] | None = None
-    warnings: list[str] = Field(default_factory=list)
-    inputs_sha256: str | None = None
 
 
 def run_dump(request: DumpRequest, progress: Progress = NULL_PROGRESS) -> DumpResult:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,15 +20,13 @@ from typing import TYPE_CHECKING
 from . import fs
 from .errors import BadInputError
 from .runstore import InputInfo, TensorSpec, sha256_arrays
+from .shape_args import parse_shape_args  # noqa: F401  (re-exported)
 
 MAX_INPUT_BYTES = 256 << 20  # one input array of a model with dynamic shapes; static ones get their exact size
 
 if TYPE_CHECKING:
     import numpy as np
     import onnx
-
-_SHAPE_ARG = re.compile(r"^\s*([^=\s][^=]*?)\s*=\s*(\d+(?:\s*[xX,]\s*\d+)*)\s*$")
-
 
 @dataclass
 class PreparedInputs:
@@ -39,25 +36,6 @@ class PreparedInputs:
     shapes: dict[str, list[int]]
     info: InputInfo
     warnings: list[str] = field(default_factory=list)
-
-
-def parse_shape_args(values: list[str] | None) -> dict[str, list[int]]:
-    """Parse ``NAME=1x3x224x224`` (also ``1,3,224,224``) pairs into ``{name: [dims]}``."""
-    shapes: dict[str, list[int]] = {}
-    for raw in values or []:
-        m = _SHAPE_ARG.match(raw)
-        if not m:
-            raise BadInputError(
-                f"cannot read --shape {raw!r}",
-                hint="write it as NAME=1x3x224x224 (input name, '=', dimensions separated by 'x')",
-            )
-        name, dims = m.group(1), [int(d) for d in re.split(r"\s*[xX,]\s*", m.group(2))]
-        if any(d <= 0 for d in dims):
-            raise BadInputError(f"--shape {raw!r} has a zero dimension", hint="every dimension must be at least 1")
-        if name in shapes:
-            raise BadInputError(f"--shape given twice for input {name!r}", hint="pass one --shape per input")
-        shapes[name] = dims
-    return shapes
 
 
 def resolve_shapes(specs: list[TensorSpec], shapes: dict[str, list[int]] | None = None) -> dict[str, list[int]]:

@@ -20,7 +20,6 @@ import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,6 +28,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from . import fs
 from .errors import BadInputError
+from .runstore_models import InputInfo, now_iso
 
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"
@@ -58,15 +58,6 @@ class ModelInfo(BaseModel):
     format: Literal["onnx", "mnn", "other"]
     inputs: list[TensorSpec] = Field(default_factory=list)
     outputs: list[TensorSpec] = Field(default_factory=list)
-
-
-class InputInfo(BaseModel):
-    """Where the input data came from and a hash of it, so two runs can be checked for the same input."""
-
-    sha256: str
-    source: str  # "npz:<path>", "random:seed=<n>", "testdir:<path>", ...
-    names: list[str] = Field(default_factory=list)
-    shapes: dict[str, list[int]] = Field(default_factory=dict)
 
 
 class QuantParams(BaseModel):
@@ -147,10 +138,6 @@ class RunRecord(BaseModel):
     outputs: list[str] = Field(default_factory=list)  # names of the model's final outputs
     extra: dict[str, Any] = Field(default_factory=dict)
     tensors: list[TensorRecord] = Field(default_factory=list)
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:

@@ -74,8 +74,13 @@ def parse_request(op: Operation, data: BaseModel | Mapping[str, Any]) -> BaseMod
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "request"
+        value = first.get("input")
+        details: dict[str, Any] = {"field": where, "problem": first.get("type", "")}
+        if isinstance(value, str | int | float | bool):
+            details["input"] = value
         raise BadInputError(f"{op.name}: {where}: {first.get('msg', 'invalid value')}",
-                            hint=f"see the {op.name} request's fields ({len(e.errors())} problem(s) in all)") from None
+                            hint=f"see the {op.name} request's fields ({len(e.errors())} problem(s) in all)",
+                            details=details) from None
 
 
 def execute(name: str, request: BaseModel | Mapping[str, Any], progress: Progress = NULL_PROGRESS) -> BaseModel:

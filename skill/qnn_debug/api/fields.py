@@ -34,14 +34,24 @@ class PathRole:
 
 @dataclass(frozen=True)
 class Cli:
-    """How the CLI spells a field: ``flag`` ("--soc", "--mnn-gate/--no-mnn-gate") or ``positional``;
-    ``parse`` turns the typed string(s) into the field's value (e.g. ``NAME=1x3x224x224`` into a dict);
-    ``hidden`` keeps a field off the command line (an MCP-only input such as pasted log text)."""
+    """How the CLI spells a field: ``flag`` ("--soc", "--mnn-gate/--no-mnn-gate", extra names after it
+    such as ``("--serial", "-s")`` in ``names``) or ``positional``; ``parse`` turns the typed string(s) into
+    the field's value (e.g. ``NAME=1x3x224x224`` into a dict); ``repeat`` makes the flag repeatable
+    (a list of strings for ``parse``; default: list- and dict-valued fields); ``spread``: ``parse`` returns
+    several fields' values at once (``--option serial=X`` fills ``serial``, an explicit flag still wins);
+    ``default`` is the command line's own default when it differs from the field's (triage reads stdin);
+    ``metavar`` names the value in ``--help``; ``hidden`` keeps a field off the command line (an MCP-only
+    input such as pasted log text)."""
 
     flag: str | None = None
     positional: bool = False
     parse: Callable[[Any], Any] | None = None
     hidden: bool = False
+    names: tuple[str, ...] = ()
+    repeat: bool | None = None
+    spread: bool = False
+    default: Any = None
+    metavar: str | None = None
 
 
 @dataclass(frozen=True)

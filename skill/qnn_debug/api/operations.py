@@ -6,12 +6,48 @@ each operation's code is named as ``"module:function"`` and imported when the op
 
 from __future__ import annotations
 
+from ..baseline_models import BaselineResult
+from ..compare.schema import CompareResult
+from ..diagnose_models import DiagnoseResult
+from ..dump_models import DumpResult
+from ..llm.check_models import LlmCheckResult
+from ..llm.text_models import LlmTextResult
+from ..localise.models import BisectResult, BlockResult
 from ..ops.models import OpConstraints
 from ..triage.models import TriageResult
 from . import Operation, register
-from .requests import OpLookupRequest, TriageRequest
+from .requests import (
+    BaselineRequest,
+    BisectRequest,
+    CompareRequest,
+    DiagnoseRequest,
+    DumpRequest,
+    LlmCheckRequest,
+    LlmTextRequest,
+    LocaliseBlocksRequest,
+    OpLookupRequest,
+    TriageRequest,
+)
 
-register(Operation("triage", TriageRequest, TriageResult, "qnn_debug.api.runners:triage",
+RUNNERS = "qnn_debug.api.runners"
+
+register(Operation("triage", TriageRequest, TriageResult, f"{RUNNERS}:triage",
                    summary="classify a failing run's log and say what to run next"))
-register(Operation("op_lookup", OpLookupRequest, OpConstraints, "qnn_debug.api.runners:op_lookup",
+register(Operation("op_lookup", OpLookupRequest, OpConstraints, f"{RUNNERS}:op_lookup",
                    summary="QNN/HTP constraints of an op, optionally probed on the simulator"))
+register(Operation("baseline", BaselineRequest, BaselineResult, f"{RUNNERS}:baseline", long=True,
+                   summary="trusted CPU baseline: fp32 reference, fp16 floor and the MNN CPU gate, every tensor"))
+register(Operation("dump", DumpRequest, DumpResult, f"{RUNNERS}:dump", long=True,
+                   summary="every intermediate tensor of a model on a QNN target, refusing any CPU fallback"))
+register(Operation("compare", CompareRequest, CompareResult, f"{RUNNERS}:compare", long=True,
+                   summary="a target run against the baseline tensor by tensor: first failing op and verdict"))
+register(Operation("diagnose", DiagnoseRequest, DiagnoseResult, f"{RUNNERS}:diagnose", long=True,
+                   summary="baseline, dump and compare in one go"))
+register(Operation("bisect", BisectRequest, BisectResult, f"{RUNNERS}:bisect", long=True,
+                   summary="first failing op by truncating the model, when no dump is possible"))
+register(Operation("localise_blocks", LocaliseBlocksRequest, BlockResult, f"{RUNNERS}:localise_blocks", long=True,
+                   summary="first failing decoder block of an LLM, then the first failing op inside it"))
+register(Operation("llm_check", LlmCheckRequest, LlmCheckResult, f"{RUNNERS}:llm_check",
+                   summary="static check of an llmexport folder for the QNN LLM path"))
+register(Operation("llm_text", LlmTextRequest, LlmTextResult, f"{RUNNERS}:llm_text", long=True,
+                   summary="an LLM's text and logits against MNN's CPU reference"))

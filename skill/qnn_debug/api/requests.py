@@ -7,12 +7,16 @@ plain strings marked with :class:`~.fields.PathRole`, so the server can confine 
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import PurePath
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..errors import BadInputError
 from ..mnn.soc import DEFAULT_SOC, default_soc_help
-from .fields import Cli, PathRole
+from ..shape_args import parse_shape_args
+from .fields import Cli, PathRole, ServerSet
+from .options import DEVICE_PATH_PATTERN, SERIAL_PATTERN, TargetOptions, parse_option_pairs
 
 MAX_LOG_CHARS = 2_000_000
 
@@ -45,6 +49,17 @@ class TriageRequest(Request):
 ProbeShape = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[0-9x]+(:[a-z0-9]+)?(=[-0-9.,eE+]*)?$")]
 
 
+def parse_attr_pairs(pairs: list[str] | None) -> dict[str, str]:
+    """``--attr key=value`` (repeatable) as the dict the probe takes; values keep their text (``1,1``)."""
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise BadInputError(f"bad --attr {pair!r}", hint="use key=value, e.g. --attr axis=1 or --attr pads=1,1,1,1")
+        out[key.strip()] = value.strip()
+    return out
+
+
 class OpLookupRequest(Request):
     """An op to look up (MNN OpType name or number, ONNX op or QNN op) and, optionally, a simulator probe."""
 
@@ -53,14 +68,277 @@ class OpLookupRequest(Request):
         description="MNN OpType name or number (e.g. Convolution or 17), ONNX op (Conv) or QNN op (Conv2d)")]
     probe: Annotated[bool, Cli(flag="--probe"), Field(
         description="also build a one-op ONNX graph and try it on the HTP simulator (takes seconds)")] = False
-    shapes: Annotated[list[ProbeShape] | None, Cli(flag="--shape"), Field(
+    shapes: Annotated[list[ProbeShape] | None, Cli(flag="--shape", metavar="DIMS[:DTYPE][=V1,...]"), Field(
         default=None, max_length=8, description="probe inputs, one per input: DIMS[:DTYPE][=V1,...], e.g. "
         "1x64x56x56:float32; later inputs become constants")] = None
     attrs: Annotated[dict[Annotated[str, Field(max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")],
-                          Annotated[str, Field(max_length=200)]] | None, Cli(flag="--attr"), Field(
-        default=None, max_length=32, description='probe ONNX attributes, e.g. {"kernel_shape": "3,3"}')] = None
+                          Annotated[str, Field(max_length=200)]] | None,
+                     Cli(flag="--attr", parse=parse_attr_pairs, metavar="KEY=VALUE"), Field(
+        default=None, max_length=32, description='probe ONNX attributes, e.g. {"kernel_shape": "3,3"} (on the '
+        "command line --attr kernel_shape=3,3, repeatable)")] = None
     soc: Annotated[int, Cli(flag="--soc"), Field(
         ge=1, le=1000, description=f"soc_model of the probe ({default_soc_help()}; 30 = fp32-accurate check)")] = DEFAULT_SOC
     sdk: Annotated[str | None, PathRole("dir", role="exec"), Cli(flag="--sdk"), Field(
         default=None, max_length=4096, description="QNN/QAIRT SDK root with headers and HTML docs (default: "
         "$QNN_SDK_ROOT)")] = None
+    opset: Annotated[int, Cli(flag="--opset"), Field(ge=7, le=30, description="ONNX opset of the probe graph")] = 20
+
+
+# --- shared field types: declared once, used by every operation that takes them -------------------------
+
+QNN_TARGETS = ("htp-sim", "device", "host")  # the target registry's names (checked again by the runner)
+
+Model = Annotated[str, PathRole("file"), Cli(positional=True), Field(
+    min_length=1, max_length=4096, description="The model (.onnx; .mnn where the target runs one)")]
+Out = Annotated[str | None, PathRole("dir", role="out"), Cli(flag="--out"), Field(
+    default=None, max_length=4096,
+    description="Output directory (new or empty); default: a fresh one under qnn-debug-runs/MODEL/")]
+InputsOrTestDir = Annotated[str | None, PathRole("any"), Cli(flag="--inputs"), Field(
+    default=None, max_length=4096,
+    description="Inputs: an .npz keyed by input name (e.g. a baseline's inputs.npz, so every run sees the same "
+    "data) or an MNN test dir (input.json + <input>.txt, e.g. the one a phone run used); default: seeded "
+    "realistic random data")]
+Shapes = Annotated[
+    dict[Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^=]+$")],
+         Annotated[list[Annotated[int, Field(ge=1, le=1_000_000)]], Field(min_length=1, max_length=8)]] | None,
+    Cli(flag="--shape", parse=parse_shape_args, metavar="NAME=1x3x224x224"),
+    Field(default=None, max_length=64, description='Fix dynamic input shapes, e.g. {"x": [1, 3, 224, 224]} '
+          "(on the command line NAME=1x3x224x224, repeatable); default: the model's own")]
+Seed = Annotated[int, Cli(flag="--seed"), Field(
+    ge=0, le=2**31 - 1, description="Seed of the generated inputs (ignored with inputs)")]
+Soc = Annotated[int, Cli(flag="--soc"), Field(
+    ge=1, le=1000, description=f"QNN soc_model ({default_soc_help()}, 57 = 8 Gen 3, 43 = 8 Gen 2); it decides "
+    "the HTP's fp16 numerics")]
+Arch = Annotated[int | None, Cli(flag="--arch"), Field(
+    default=None, ge=60, le=99, description="HTP arch without the 'v' (e.g. 75); default: the SoC's own")]
+Precision = Annotated[Literal["fp16", "fp32", "quantized"], Cli(flag="--precision"), Field(
+    description="fp16, or quantized for QDQ models")]
+Target = Annotated[str, Cli(flag="--target"), Field(
+    min_length=1, max_length=32, json_schema_extra={"enum": list(QNN_TARGETS)},
+    description="Where QNN runs: htp-sim (Qualcomm's HTP simulator on this machine, no phone needed), device "
+    "(MNN's QNN backend on an Android phone over adb) or host (a local MNN build)")]
+MnnGate = Annotated[bool, Cli(flag="--mnn-gate/--no-mnn-gate"), Field(
+    description="Cross-check the reference with MNN CPU (the trust gate)")]
+Serial = Annotated[str | None, Cli(flag="--serial", names=("-s",)), Field(
+    default=None, max_length=128, pattern=SERIAL_PATTERN,
+    description="adb serial of the phone (see devices); needed when several are attached; never read from the "
+    "environment")]
+Options = Annotated[TargetOptions | None, Cli(flag="--option", parse=parse_option_pairs, repeat=True, spread=True,
+                                              metavar="KEY=VALUE"), Field(
+    default=None, description="device/host settings (on the command line --option key=value, repeatable: mnn_dir, "
+    "mnn2qnn, qnn_sdk, mnn_build_dir, qnn_lib_dir, mode, keep, loops, threads, serial, adb, and a target's own "
+    "keys such as disabled_optimizers)")]
+ExtraOptions = Annotated[dict[str, str], ServerSet(), Cli(hidden=True), Field(
+    default_factory=dict, description="target-specific --option keys the typed options do not name")]
+Adb = Annotated[str | None, ServerSet("adb"), Cli(flag="--adb", hidden=True), Field(
+    default=None, max_length=4096, description="The adb executable to use")]
+Timeout = Annotated[float, ServerSet("timeout"), Cli(flag="--timeout"), Field(
+    gt=0, le=7 * 24 * 3600, description="Seconds before the target run is abandoned")]
+Force = Annotated[bool, ServerSet(), Cli(flag="--force"), Field(description="Replace a previous run in --out")]
+ReferenceModel = Annotated[str | None, PathRole("file"), Cli(flag="--reference-model"), Field(
+    default=None, max_length=4096, description="The model the CPU reference runs (default: MODEL); give the "
+    "original when MODEL is an edited copy")]
+
+
+class TargetRun(Request):
+    """Fields every run on a QNN target shares (model, target, where the output goes, inputs, SoC)."""
+
+    model: Model
+    target: Target = "htp-sim"
+    out: Out = None
+    inputs: InputsOrTestDir = None
+    shapes: Shapes = None
+    seed: Seed = 0
+    soc: Soc = DEFAULT_SOC
+    arch: Arch = None
+    serial: Serial = None
+    options: Options = None
+    extra_options: ExtraOptions
+    adb: Adb = None
+    timeout: Timeout = 1800.0
+    force: Force = False
+
+
+class BaselineRequest(Request):
+    """The model to build the trusted CPU baseline of: fp32 reference, fp16 floor and the MNN CPU gate."""
+
+    model: Annotated[str, PathRole("file"), Cli(positional=True), Field(
+        min_length=1, max_length=4096, description="The .onnx (or .mnn) model")]
+    out: Out = None
+    inputs: InputsOrTestDir = None
+    shapes: Shapes = None
+    seed: Seed = 0
+    mnn_gate: MnnGate = True
+    mnn_model: Annotated[str | None, PathRole("file"), Cli(flag="--mnn-model"), Field(
+        default=None, max_length=4096, description="Your own .mnn of this ONNX model: it is gated against the "
+        "reference too, and the report says whether it differs from the .mnn converted here")] = None
+    force: Force = False
+
+    def default_out(self) -> tuple[str, str] | None:
+        return _stem(self.model), "baseline"
+
+
+class DumpRequest(TargetRun):
+    """A model to run on a QNN target, capturing every intermediate tensor and refusing any CPU fallback."""
+
+    precision: Precision = "fp16"
+
+    def default_out(self) -> tuple[str, str] | None:
+        return _stem(self.model), f"{self.target}-{self.precision}"
+
+
+class DiagnoseRequest(TargetRun):
+    """Baseline, all-tensor dump and comparison of one .onnx model in one call."""
+
+    precision: Precision = "fp16"
+    mnn_gate: MnnGate = True
+
+    def default_out(self) -> tuple[str, str] | None:
+        return _stem(self.model), f"diagnose-{self.target}"
+
+
+class CompareRequest(Request):
+    """A target run to compare with a baseline (or a reference run), tensor by tensor."""
+
+    reference: Annotated[str, PathRole("any"), Cli(positional=True), Field(
+        min_length=1, max_length=4096,
+        description="Baseline directory (reference/ + fp16_floor/) or a reference run")]
+    target: Annotated[str, PathRole("any"), Cli(positional=True), Field(
+        min_length=1, max_length=4096,
+        description="A run directory, an MNN QNN dump directory (manifest_*.tsv + .raw) or an .npz. A baseline "
+        "directory is refused: pass its reference/ run to compare two baselines")]
+    model: Annotated[str | None, PathRole("file"), Cli(flag="--model"), Field(
+        default=None, max_length=4096, description="The reference's ONNX model, used to re-run suspect ops on "
+        "CPU (default: the one recorded in the baseline)")] = None
+    mnn_model: Annotated[str | None, PathRole("file"), Cli(flag="--mnn-model"), Field(
+        default=None, max_length=4096, description="Source .mnn of an MNN QNN dump: it names t<N> tensors and "
+        "restores layouts (default: the baseline's)")] = None
+    execution: Annotated[int | None, Cli(flag="--execution"), Field(
+        default=None, ge=0, description="Which execution of an MNN dump (default: the newest)")] = None
+    report_dir: Annotated[str | None, PathRole("dir", role="out"), Cli(flag="--report"), Field(
+        default=None, max_length=4096, description="Write compare.md, compare.json and error_by_position.png "
+        "here (default: none from the CLI; a fresh one under qnn-debug-runs/compare/ from the MCP server)")] = None
+    local_checks: Annotated[bool, Cli(flag="--local/--no-local"), Field(
+        description="Re-run suspect ops on CPU with the target's own inputs (slower; tells a wrong op from "
+        "inherited error)")] = True
+    fp16_codes: Annotated[Literal["htp", "ieee"], Cli(flag="--fp16-codes"), Field(
+        description="How an MNN dump's fp16 buffers read exponent-31 codes: htp (finite up to 131008; HTP has "
+        "no inf/NaN) or ieee (an IEEE-fp16 producer)")] = "htp"
+    json_path: Annotated[str | None, PathRole("file", role="out"), ServerSet(), Cli(hidden=True), Field(
+        default=None, max_length=4096, description="Also write the JSON result to this file")] = None
+
+    def default_out(self) -> tuple[str, str] | None:
+        return "compare", _leaf(self.target)
+
+
+class BisectRequest(TargetRun):
+    """A model to bisect when no all-tensor dump is possible or trustworthy."""
+
+    model: Annotated[str, PathRole("file"), Cli(positional=True), Field(
+        min_length=1, max_length=4096, description="The .onnx model (device/host: each cut is converted to .mnn)")]
+    target: Annotated[str, Cli(flag="--target"), Field(
+        min_length=1, max_length=32, json_schema_extra={"enum": list(QNN_TARGETS)},
+        description="htp-sim (no phone needed), device (ModuleBasic over adb: QNN fp16 vs MNN CPU fp32, CPU fp16 "
+        "as the floor) or host")] = "htp-sim"
+    reference_model: ReferenceModel = None
+    baseline: Annotated[str | None, PathRole("dir"), Cli(flag="--baseline"), Field(
+        default=None, max_length=4096, description="Reuse this baseline directory (htp-sim) instead of building "
+        "one")] = None
+    opencl: Annotated[bool, Cli(flag="--opencl"), Field(
+        description="device/host: also run OpenCL fp16 as a third opinion")] = False
+    mnn_gate: MnnGate = True
+
+    def default_out(self) -> tuple[str, str] | None:
+        return _stem(self.model), f"bisect-{self.target}"
+
+
+class LocaliseBlocksRequest(TargetRun):
+    """An LLM decoder whose blocks to run one by one on the reference hidden state."""
+
+    model: Annotated[str, PathRole("file"), Cli(positional=True), Field(
+        min_length=1, max_length=4096, description="The decoder's .onnx (node names carry /layers.N/), e.g. "
+        "llmexport's onnx/llm.onnx at the fixed prefill shape")]
+    target: Annotated[str, Cli(flag="--target"), Field(
+        min_length=1, max_length=32, json_schema_extra={"enum": list(QNN_TARGETS)},
+        description="htp-sim (every block in one simulator session, no phone needed), device (each block's .mnn "
+        "dumped with MNN2QNNModel --dump_intermediate_outputs and run on the phone over adb; options mnn2qnn and "
+        "qnn_sdk) or host (a local MNN build)")] = "htp-sim"
+    reference_model: ReferenceModel = None
+    layers_per_block: Annotated[int, Cli(flag="--layers-per-block"), Field(
+        ge=1, le=64, description="Decoder layers cut out together")] = 1
+    inner: Annotated[Literal["diagnose", "bisect", "none"], Cli(flag="--inner"), Field(
+        description="Inside the first failing block: diagnose (dump + compare), bisect, or none")] = "diagnose"
+
+    def default_out(self) -> tuple[str, str] | None:
+        return _stem(self.model), "blocks" if self.target == "htp-sim" else f"blocks-{self.target}"
+
+
+class LlmCheckRequest(Request):
+    """An llmexport folder (and optionally generate_llm_qnn.py's outputs) to check for the QNN LLM path."""
+
+    export_dir: Annotated[str, PathRole("dir"), Cli(positional=True), Field(
+        min_length=1, max_length=4096,
+        description="The folder llmexport.py --export mnn wrote (llm.mnn, llm_config.json, ...)")]
+    qnn_dir: Annotated[str | None, PathRole("dir"), Cli(flag="--qnn-dir"), Field(
+        default=None, max_length=4096,
+        description="generate_llm_qnn.py's --cache_path dir or the model's qnn/ folder")] = None
+    max_history_token: Annotated[int | None, Cli(flag="--max-history-token"), Field(
+        default=None, ge=0, le=1_000_000, description="The --max_history_token given to generate_llm_qnn.py "
+        "(default: from qnn.json, else 0)")] = None
+
+
+DeviceFolder = Annotated[str | None, Field(default=None, max_length=512, pattern=DEVICE_PATH_PATTERN)]
+DeviceFileName = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9._-]+$")]
+
+
+class LlmTextRequest(Request):
+    """The CPU reference (an export folder) and at most one target: a phone, another export, or a text."""
+
+    export_dir: Annotated[str, PathRole("dir"), Cli(positional=True), Field(
+        min_length=1, max_length=4096,
+        description="The llmexport folder (config.json, llm.mnn, llm.mnn.weight) for the CPU reference")]
+    prompt: Annotated[str | None, Cli(flag="--prompt"), Field(
+        default=None, min_length=1, max_length=4000, description="Fixed prompt, one line for llm_demo "
+        "(default: Hello)")] = None
+    prompt_file: Annotated[str | None, PathRole("file"), Cli(flag="--prompt-file"), Field(
+        default=None, max_length=4096, description="Read the prompt from this UTF-8 file")] = None
+    max_new_tokens: Annotated[int, Cli(flag="--max-new-tokens"), Field(
+        ge=1, le=512, description="Tokens to generate (and compare)")] = 32
+    out: Out = None
+    target_export: Annotated[str | None, PathRole("dir"), Cli(flag="--target-export"), Field(
+        default=None, max_length=4096, description="Another export folder, run on MNN CPU the same way")] = None
+    target_text: Annotated[str | None, Cli(flag="--target-text"), Field(
+        default=None, max_length=100_000, description="Text a phone printed, given inline")] = None
+    target_text_file: Annotated[str | None, PathRole("file"), Cli(flag="--target-text-file"), Field(
+        default=None, max_length=4096, description="Text a phone printed (UTF-8 file)")] = None
+    target_logits: Annotated[str | None, PathRole("file"), Cli(flag="--target-logits"), Field(
+        default=None, max_length=4096,
+        description=".npy of the text/phone target's logits, one row per step (steps x vocab)")] = None
+    device_model_dir: Annotated[DeviceFolder, Cli(flag="--device-model-dir"), Field(
+        description="Phone folder holding the model, its configs and llm_demo (absolute path): run the phone as "
+        "the target")] = None
+    device_config: Annotated[DeviceFileName, Cli(flag="--device-config"), Field(
+        description="Config file name inside device_model_dir (the NPU one)")] = "config_qnn.json"
+    serial: Serial = None
+    llm_demo: Annotated[DeviceFolder, Cli(flag="--llm-demo"), Field(
+        description="llm_demo on the phone (default: device_model_dir/llm_demo)")] = None
+    lib_dir: Annotated[DeviceFolder, Cli(flag="--lib-dir"), Field(
+        description="Phone folder with libMNN.so and the QNN libraries (default: device_model_dir)")] = None
+    device_logits_diff: Annotated[bool, Cli(flag="--device-logits-diff"), Field(
+        description="On the phone run MNN's llm_logits_diff between the CPU config and device_config (per-step "
+        "logits on the device itself) instead of llm_demo")] = False
+    device_cpu_config: Annotated[DeviceFileName, Cli(flag="--device-cpu-config"), Field(
+        description="CPU config name inside device_model_dir for device_logits_diff")] = "config.json"
+    llm_logits_diff: Annotated[DeviceFolder, Cli(flag="--llm-logits-diff"), Field(
+        description="llm_logits_diff on the phone (default: device_model_dir/llm_logits_diff)")] = None
+
+    def default_out(self) -> tuple[str, str] | None:
+        return _leaf(self.export_dir), "llm-text"
+
+
+def _stem(path: str) -> str:
+    return PurePath(path).stem or "model"
+
+
+def _leaf(path: str) -> str:
+    return PurePath(path).name or "run"

@@ -1,29 +1,182 @@
 """The code behind each operation: request model in, result model out, engine calls in between.
 
-Kept thin: each runner only translates its request into the engine function's arguments.
+Kept thin: each runner only translates its request into the engine function's arguments. Engine code is
+imported inside each runner, so loading this module stays as cheap as loading the models.
 """
 
 from __future__ import annotations
 
-from ..ops.models import OpConstraints
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import BadInputError
 from ..progress import Progress
-from ..triage.models import TriageResult
-from .requests import OpLookupRequest, TriageRequest
+from .options import engine_options
+from .requests import (
+    BaselineRequest,
+    BisectRequest,
+    CompareRequest,
+    DiagnoseRequest,
+    DumpRequest,
+    LlmCheckRequest,
+    LlmTextRequest,
+    LocaliseBlocksRequest,
+    OpLookupRequest,
+    Request,
+    TargetRun,
+    TriageRequest,
+)
+
+if TYPE_CHECKING:
+    from ..baseline_models import BaselineResult
+    from ..compare.schema import CompareResult
+    from ..diagnose_models import DiagnoseResult
+    from ..dump_models import DumpResult
+    from ..llm.check_models import LlmCheckResult
+    from ..llm.text_models import LlmTextResult
+    from ..localise.models import BisectResult, BlockResult
+    from ..ops.models import OpConstraints
+    from ..triage.models import TriageResult
+
+RUNS_DIR = "qnn-debug-runs"
+
+
+def out_dir(request: Request, out: str | None) -> Path:
+    """``out``, or ``qnn-debug-runs/<group>/<leaf>`` from the request's :meth:`~.requests.Request.default_out`."""
+    if out is not None:
+        return Path(out)
+    where = request.default_out()
+    if where is None:
+        raise BadInputError(f"{type(request).__name__} has no default output folder", hint="pass out")
+    return Path(RUNS_DIR, *where)
+
+
+def _target_options(request: TargetRun) -> dict[str, str]:
+    from ..targets import check_target
+
+    check_target(request.target)
+    return engine_options(request.options, request.extra_options, target=request.target, serial=request.serial,
+                          adb=request.adb)
 
 
 def triage(request: TriageRequest, progress: Progress) -> TriageResult:
-    from ..errors import BadInputError
+    from .. import fs
     from ..triage import triage_log
+    from ..triage.cases import DEFAULT_NAME
 
     if (request.log_text is None) == (request.log_path is None):
         raise BadInputError("pass exactly one of log_text or log_path", hint="paste the log as log_text, or give log_path")
+    cases = request.cases_path
+    if cases is None and Path(DEFAULT_NAME).is_file():
+        cases = DEFAULT_NAME
     if request.log_path is not None:
-        return triage_log(request.log_path, cases=request.cases_path)
-    return triage_log(text=request.log_text, cases=request.cases_path)
+        if request.log_path != "-":  # inside the roots, a regular file: a FIFO or device would hang the scan
+            fs.check(request.log_path, what="log file", kind="file")
+        return triage_log(request.log_path, cases=cases)
+    return triage_log(text=request.log_text, cases=cases)
 
 
 def op_lookup(request: OpLookupRequest, progress: Progress) -> OpConstraints:
     from ..ops import lookup_op_constraints
 
-    return lookup_op_constraints(request.op, sdk=request.sdk, probe=request.probe or bool(request.shapes or request.attrs),
-                                 shapes=request.shapes, attrs=request.attrs, soc_model=request.soc, progress=progress)
+    attrs = [f"{k}={v}" for k, v in (request.attrs or {}).items()]
+    return lookup_op_constraints(request.op, sdk=request.sdk, probe=request.probe or bool(request.shapes or attrs),
+                                 shapes=request.shapes or [], attrs=attrs, soc_model=request.soc, opset=request.opset,
+                                 progress=progress)
+
+
+def baseline(request: BaselineRequest, progress: Progress) -> BaselineResult:
+    from ..baseline import run_baseline
+
+    return run_baseline(request.model, out_dir(request, request.out), inputs=request.inputs, shapes=request.shapes,
+                        seed=request.seed, force=request.force, progress=progress, mnn_gate=request.mnn_gate,
+                        mnn_model=request.mnn_model)
+
+
+def dump(request: DumpRequest, progress: Progress) -> DumpResult:
+    from .. import targets
+    from ..dump import run_dump
+
+    options = _target_options(request)
+    return run_dump(targets.DumpRequest(
+        model=Path(request.model), out=out_dir(request, request.out), target=request.target,
+        precision=request.precision, soc_model=request.soc, htp_arch=request.arch,
+        inputs=Path(request.inputs) if request.inputs else None, shapes=request.shapes or {}, seed=request.seed,
+        force=request.force, timeout=request.timeout, options=options), progress)
+
+
+def compare(request: CompareRequest, progress: Progress) -> CompareResult:
+    from ..compare.pipeline import CompareOptions, compare_paths
+
+    return compare_paths(request.reference, request.target, model=request.model, mnn_model=request.mnn_model,
+                         execution=request.execution, report_dir=request.report_dir, json_path=request.json_path,
+                         options=CompareOptions(local_checks=request.local_checks), progress=progress,
+                         fp16_codes=request.fp16_codes)
+
+
+def diagnose(request: DiagnoseRequest, progress: Progress) -> DiagnoseResult:
+    from ..diagnose import diagnose as run_diagnose
+
+    options = _target_options(request)
+    return run_diagnose(request.model, out_dir(request, request.out), inputs=request.inputs, shapes=request.shapes,
+                        target=request.target, precision=request.precision, soc_model=request.soc,
+                        htp_arch=request.arch, seed=request.seed, force=request.force, mnn_gate=request.mnn_gate,
+                        target_options=options, timeout=request.timeout, progress=progress)
+
+
+def bisect(request: BisectRequest, progress: Progress) -> BisectResult:
+    from ..localise import bisect as engine
+
+    options = _target_options(request)
+    return engine.run_bisect(engine.BisectRequest(
+        model=Path(request.model), out=out_dir(request, request.out), target=request.target,
+        reference_model=request.reference_model, baseline=request.baseline, inputs=request.inputs,
+        shapes=request.shapes or {}, seed=request.seed, soc_model=request.soc, htp_arch=request.arch, options=options,
+        opencl=request.opencl, mnn_gate=request.mnn_gate, force=request.force, timeout=request.timeout), progress)
+
+
+def localise_blocks(request: LocaliseBlocksRequest, progress: Progress) -> BlockResult:
+    from ..localise import blocks as engine
+
+    if request.serial and request.target != "device":
+        raise BadInputError("--serial applies to --target device only", hint="drop --serial or add --target device")
+    options = _target_options(request)
+    return engine.run_blocks(engine.BlockRequest(
+        model=Path(request.model), out=out_dir(request, request.out), reference_model=request.reference_model,
+        target=request.target, inputs=request.inputs, shapes=request.shapes or {}, seed=request.seed,
+        layers_per_block=request.layers_per_block, inner=request.inner, soc_model=request.soc, htp_arch=request.arch,
+        options=options, force=request.force, timeout=request.timeout), progress)
+
+
+def llm_check(request: LlmCheckRequest, progress: Progress) -> LlmCheckResult:
+    from ..llm import check_models
+    from ..llm.check import check_llm_export
+
+    return check_llm_export(check_models.LlmCheckRequest(export_dir=request.export_dir, qnn_dir=request.qnn_dir,
+                                                         max_history_token=request.max_history_token))
+
+
+def llm_text(request: LlmTextRequest, progress: Progress) -> LlmTextResult:
+    from .. import fs
+    from ..llm import text_models
+    from ..llm.llm_demo import DeviceTextTarget
+    from ..llm.text import llm_text as run_llm_text
+
+    r = request
+    if r.prompt is not None and r.prompt_file is not None:
+        raise BadInputError("give --prompt or --prompt-file, not both", hint="keep one of them")
+    text = fs.read_text(r.prompt_file, what="--prompt-file", max_bytes=1 << 20) if r.prompt_file else (r.prompt or "Hello")
+    if r.target_text_file is not None and r.target_text is not None:
+        raise BadInputError("give --target-text or --target-text-file, not both", hint="keep one of them")
+    target_text = (fs.read_text(r.target_text_file, what="--target-text-file", max_bytes=8 << 20) if r.target_text_file
+                   else r.target_text)
+    device = (DeviceTextTarget(serial=r.serial, model_dir=r.device_model_dir, config=r.device_config, llm_demo=r.llm_demo,
+                               lib_dir=r.lib_dir, cpu_config=r.device_cpu_config, logits_diff_tool=r.llm_logits_diff)
+              if r.device_model_dir else None)
+    if r.device_logits_diff and device is None:
+        raise BadInputError("--device-logits-diff needs --device-model-dir", hint="name the phone folder with both configs")
+    engine_request = text_models.LlmTextRequest(
+        export_dir=r.export_dir, prompt=text.strip() or "Hello", max_new_tokens=r.max_new_tokens,
+        out=str(out_dir(r, r.out)), target_export=r.target_export, target_text=target_text,
+        target_logits=r.target_logits, device=device, device_logits_diff=r.device_logits_diff)
+    return run_llm_text(engine_request, progress=progress)

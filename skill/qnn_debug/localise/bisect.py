@@ -29,10 +29,11 @@ from pydantic import BaseModel, Field
 
 from ..compare.thresholds import Thresholds
 from ..errors import BadInputError
-from ..next_step import NextStep, step
+from ..next_step import step
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import Run, atomic_write_text, check_output_dir
 from .cut import CutPoint, cut_points, truncate
+from .models import BisectResult, FirstFailingOp, RangeFinding
 from .probe import Probe, first_bad, judge, summarise
 
 FP16_MAX = 65504.0
@@ -64,45 +65,6 @@ class BisectRequest(BaseModel):
     mnn_gate: bool = True
     force: bool = False
     timeout: float = 1800.0
-
-
-class FirstFailingOp(BaseModel):
-    op: str
-    op_type: str
-    position: int
-    tensor: str | None = None  # the op's output that turned the cut bad
-    target_sqnr_db: float | None = None
-    floor_sqnr_db: float | None = None
-    excess_db: float | None = None
-    last_good_op: str | None = None  # the op before it whose cut was still good (None: the graph inputs)
-
-
-class RangeFinding(BaseModel):
-    """The first tensor whose fp32 reference leaves the fp16 range."""
-
-    tensor: str
-    op: str | None
-    op_type: str | None
-    position: int
-    max_abs_ref: float
-    note: str
-
-
-class BisectResult(BaseModel):
-    method: Literal["bisect"] = "bisect"
-    out: str
-    model: str
-    target: str
-    baseline: str | None = None
-    floor: str  # what served as the fp16 floor
-    cut_points: int
-    probes: list[Probe] = Field(default_factory=list)
-    first_failing: FirstFailingOp | None = None
-    verdict: Literal["real_bug", "precision", "ok"]
-    summary: str
-    fp16_range: RangeFinding | None = None
-    elapsed_s: float = 0.0
-    next_steps: list[NextStep] = Field(default_factory=list)
 
 
 def run_bisect(request: BisectRequest, progress: Progress = NULL_PROGRESS, *,

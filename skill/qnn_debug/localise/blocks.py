@@ -24,11 +24,12 @@ from pydantic import BaseModel, Field
 
 from ..compare.thresholds import Thresholds
 from ..errors import BadInputError
-from ..next_step import NextStep, step
+from ..next_step import step
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import atomic_write_text, check_output_dir
 from .bisect import RangeFinding, first_out_of_range
 from .cut import Block, block, block_model, decoder_layers
+from .models import BlockCheck, BlockFirstFailing, BlockResult
 from .probe import ProbeTensor
 from .side_by_side import Feeders, side_by_side
 
@@ -56,43 +57,6 @@ class BlockRequest(BaseModel):
     target: Literal["htp-sim", "device", "host"] = "htp-sim"
     force: bool = False
     timeout: float = 1800.0
-
-
-class BlockCheck(BaseModel):
-    first: int
-    last: int
-    inputs: list[str]
-    outputs: list[str]
-    bad: bool
-    worst: ProbeTensor | None = None
-    seconds: float = 0.0
-
-
-class BlockFirstFailing(BaseModel):
-    op: str | None
-    op_type: str | None
-    tensor: str
-    position: int  # in the model (ops side by side) or in the block's own graph (inner diagnose/bisect)
-    block: str
-    evidence: ProbeTensor | None = None  # the op alone on reference inputs, against its fp16 floor
-    method: str = "ops side by side on reference inputs"
-
-
-class BlockResult(BaseModel):
-    method: Literal["block"] = "block"
-    out: str
-    model: str
-    blocks: list[BlockCheck] = Field(default_factory=list)
-    first_failing_block: BlockCheck | None = None
-    first_failing: BlockFirstFailing | None = None
-    block_verdict: str | None = None  # the block diagnosis's verdict kind (real_bug, precision, ...)
-    block_diagnosis: str | None = None  # its output directory
-    verdict: Literal["real_bug", "precision", "ok"]
-    summary: str
-    fp16_range: RangeFinding | None = None
-    elapsed_s: float = 0.0
-    timings: dict[str, float] = Field(default_factory=dict)
-    next_steps: list[NextStep] = Field(default_factory=list)
 
 
 def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,

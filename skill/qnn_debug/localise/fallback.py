@@ -15,33 +15,22 @@ The result says which method produced the verdict and why the full dump was not 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
-from pydantic import BaseModel, Field
 
 from ..compare.thresholds import Thresholds
 from ..errors import QnnDebugError
 from ..progress import NULL_PROGRESS, Progress
 from ..workers.htp_worker import MARKED_STAGE
+from .models import FallbackReport, Method  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
     from ..compare.schema import CompareResult
     from ..runstore import Run
-    from .bisect import BisectResult
 
-Method = Literal["full_dump", "chunked_dump", "bisect"]
 CHUNKED_DIR, BISECT_DIR = "htp-sim-chunked", "bisect"
 LEVEL_MARGIN_DB = 6.0  # a factor of 2 in error amplitude between the marked and the unmarked run
-
-
-class FallbackReport(BaseModel):
-    """Why the full dump was not used, what was tried instead, and which method gave the verdict."""
-
-    method: Method
-    full_dump_not_used: str
-    attempts: list[str] = Field(default_factory=list)
-    bisect: BisectResult | None = None
 
 
 def marking_broke(error: BaseException) -> bool:
@@ -141,12 +130,3 @@ def localise_without_full_dump(model: Path, reference_model: Path, out: Path, ba
                                              options=options, timeout=timeout, force=force), progress)
     report.bisect.summary = f"{report.bisect.summary} [from bisection (the full dump was not used: {reason})]"
     return None, report
-
-
-def _rebuild() -> None:
-    from .bisect import BisectResult  # noqa: F401  (resolves the forward reference)
-
-    FallbackReport.model_rebuild()
-
-
-_rebuild()

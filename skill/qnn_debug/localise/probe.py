@@ -10,38 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from pydantic import BaseModel, Field
 
 from ..compare.localize import judge_tensor
 from ..compare.metrics import error_stats, metric_values
-from ..compare.schema import TensorStatus
 from ..compare.thresholds import Thresholds
-
-
-class ProbeTensor(BaseModel):
-    """One frontier tensor of a probe."""
-
-    name: str
-    target_sqnr_db: float | None = None
-    floor_sqnr_db: float | None = None
-    excess_db: float | None = None  # dB short of the (capped) floor
-    status: TensorStatus = "unknown"
-    max_abs_ref: float | None = None
-    opinions: dict[str, float | None] = Field(default_factory=dict)  # other backends' SQNR (e.g. OpenCL fp16)
-
-
-class Probe(BaseModel):
-    """The model cut after one op and run on the target."""
-
-    index: int  # cut point index
-    position: int  # the op's position in execution order
-    op: str
-    op_type: str
-    frontier: int  # how many tensors the cut exposes
-    bad: bool
-    worst: ProbeTensor | None = None
-    bad_tensors: list[str] = Field(default_factory=list)
-    seconds: float = 0.0
+from .models import Probe, ProbeTensor
 
 
 def judge(name: str, target: np.ndarray, reference: np.ndarray, floor: np.ndarray | None, op_type: str | None,

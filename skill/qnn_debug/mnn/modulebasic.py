@@ -15,20 +15,17 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from ..compare.metrics import error_stats
 from ..errors import BadInputError
+from .models import ModuleBasicReport, NotRegistered, OutputCheck, QnnErrorLine, Status
 
 FORWARD_TYPES = {"cpu": 0, "opencl": 3, "qnn": 5, "nn": 5, "vulkan": 7}
 PRECISIONS = {"normal": 0, "high": 1, "low": 2, "low_bf16": 3}
 THRESHOLD = 0.01  # ModuleBasic's and MNNConvert's relative threshold
-
-Status = Literal["passed", "failed", "error", "crashed", "unchecked"]
-
 
 class ModuleBasicArgs(BaseModel):
     """ModuleBasic's positional arguments (argv[1..10])."""
@@ -86,67 +83,6 @@ def build_command(executable: str, args: ModuleBasicArgs) -> list[str]:
 
 
 # --- parsing ------------------------------------------------------------------------------------------------
-
-
-class OutputCheck(BaseModel):
-    """One ``For <name>, max = …, diffmax = …, diff rate = …`` line (one per output per repeat)."""
-
-    name: str
-    repeat: int
-    shape: list[int] = Field(default_factory=list)
-    mnn_max: float  # MNN's running max of the *signed* reference values (from 0)
-    diffmax: float
-    mnn_diff_rate: float
-    mnn_failed: bool = False  # ModuleBasic printed TESTERROR for it
-
-
-class QnnErrorLine(BaseModel):
-    code: int
-    source_file: str
-    source_line: int
-    text: str
-
-
-class NotRegistered(BaseModel):
-    type_id: int
-    op: str
-    type_name: str | None = None
-
-
-class ModuleBasicReport(BaseModel):
-    """Everything ModuleBasic printed, structured; ``status`` is decided by :func:`judge`."""
-
-    status: Status = "unchecked"
-    reason: str = ""
-    model: str | None = None
-    testdir: str | None = None
-    inputs: list[str] = Field(default_factory=list)
-    outputs: list[str] = Field(default_factory=list)
-    forward_type: int | None = None
-    precision: int | None = None
-    checks: list[OutputCheck] = Field(default_factory=list)
-    skipped_checks: list[str] = Field(default_factory=list)
-    test_errors: list[str] = Field(default_factory=list)
-    qnn_errors: list[QnnErrorLine] = Field(default_factory=list)
-    graph_execute_failed: int = 0
-    graph_finalize_failed: bool = False
-    validate_binary_failed: list[int] = Field(default_factory=list)
-    missing_backends: list[int] = Field(default_factory=list)
-    not_registered: list[NotRegistered] = Field(default_factory=list)
-    tensor_usage: list[int] = Field(default_factory=list)
-    written: dict[str, list[str]] = Field(default_factory=dict)  # output name → files
-    offline_plugin: bool = False
-    usage_printed: bool = False
-    invalid_json: bool = False
-    load_failed: bool = False
-    forward_error: bool = False
-    load_ms: float | None = None
-    avg_ms: float | None = None
-    min_ms: float | None = None
-    max_ms: float | None = None
-    memory_mb: float | None = None
-    returncode: int | None = None
-    judged: list[dict[str, float | str | bool | None]] = Field(default_factory=list)
 
 
 _NUM = r"(-?(?:nan|inf|[0-9.]+(?:e[-+]?\d+)?))"

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, Field
 
 from .. import fs
 from ..errors import BadInputError
 from ..runstore import atomic_write_text
+from .models import TestDirInfo, ToggleResult
 
 INPUT_JSON = "input.json"
 MAX_INPUT_JSON_BYTES = 16 << 20
@@ -27,29 +27,6 @@ MAX_TXT_BYTES = 1 << 30
 MAX_RANK = 16
 MAX_DIM = (1 << 31) - 1
 MAX_ELEMENTS = 1 << 31
-
-
-class TestDirInfo(BaseModel):
-    """What a test dir declares (and what exists in it)."""
-
-    __test__ = False  # not a pytest test class
-
-    dir: str
-    inputs: dict[str, list[int]]
-    outputs: list[str]
-    shape_mutable: bool | None = None  # None: key absent → ModuleBasic's default (true)
-    references: list[str] = Field(default_factory=list)  # outputs that have a reference .txt
-    extra_keys: dict[str, Any] = Field(default_factory=dict)
-
-
-class ToggleResult(BaseModel):
-    """Outcome of :func:`toggle_shape_mutable`."""
-
-    file: str
-    old: bool | None  # None: the key was absent (ModuleBasic then uses true)
-    new: bool
-    changed: bool
-    backup: str | None = None
 
 
 def data_file(directory: Path, name: str) -> Path:
