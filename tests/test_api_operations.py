@@ -84,7 +84,7 @@ def test_unknown_operation_lists_the_ones_there_are() -> None:
 
 
 def test_path_markers_name_the_host_paths() -> None:
-    dump = OPERATIONS["dump"].request
+    dump = operation("dump").request
     assert path_fields(dump)["model"] == PathRole("file") and path_fields(dump)["out"].role == "out"
     assert {k: r.role for k, r in path_fields(TargetOptions).items()} == {
         "source_model": "in", "plugin_model": "in", "mnn2qnn": "exec", "qnn_sdk": "exec", "mnn_build_dir": "exec",
