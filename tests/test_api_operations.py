@@ -32,7 +32,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "llm_check": {"export_dir": "export", "max_history_token": 128},
     "llm_text": {"export_dir": "export", "prompt": "Hi", "device_model_dir": "/data/local/tmp/q"},
     "run": {"model": "m.mnn", "target": "host", "forward": "cpu", "options": {"mnn_build_dir": "build"}},
-    "testdir": {"out": "td", "baseline": "base", "shape_mutable": "absent"},
+    "testdir": {"out": "td", "baseline": "base", "shape_mutable": None},
     "toggle_shape_mutable": {"test_dir": "td", "value": False},
     "import_dump": {"dump_dir": "dump", "out": "run", "execution": 0},
     "devices": {},

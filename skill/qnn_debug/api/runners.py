@@ -15,27 +15,38 @@ from .options import engine_options
 from .requests import (
     BaselineRequest,
     BisectRequest,
+    CaseAddRequest,
     CompareRequest,
+    DevicesRequest,
     DiagnoseRequest,
     DumpRequest,
+    ImportDumpRequest,
     LlmCheckRequest,
     LlmTextRequest,
     LocaliseBlocksRequest,
     OpLookupRequest,
+    ProbeDeviceRequest,
     Request,
+    RunRequest,
     TargetRun,
+    TestDirRequest,
+    ToggleShapeMutableRequest,
     TriageRequest,
 )
 
 if TYPE_CHECKING:
     from ..baseline_models import BaselineResult
     from ..compare.schema import CompareResult
+    from ..device.probe import ProbeResult
+    from ..device_models import DevicesResult, ImportResult, RunModelResult
     from ..diagnose_models import DiagnoseResult
     from ..dump_models import DumpResult
     from ..llm.check_models import LlmCheckResult
     from ..llm.text_models import LlmTextResult
     from ..localise.models import BisectResult, BlockResult
+    from ..mnn.models import TestDirInfo, ToggleResult
     from ..ops.models import OpConstraints
+    from ..triage.cases import CaseFile
     from ..triage.models import TriageResult
 
 RUNS_DIR = "qnn-debug-runs"
@@ -180,3 +191,66 @@ def llm_text(request: LlmTextRequest, progress: Progress) -> LlmTextResult:
         out=str(out_dir(r, r.out)), target_export=r.target_export, target_text=target_text,
         target_logits=r.target_logits, device=device, device_logits_diff=r.device_logits_diff)
     return run_llm_text(engine_request, progress=progress)
+
+
+def run(request: RunRequest, progress: Progress) -> RunModelResult:
+    from ..device_ops import run_model
+
+    options = engine_options(request.options, request.extra_options, target=request.target, serial=request.serial,
+                             adb=request.adb)
+    return run_model(request.model, target=request.target, out=out_dir(request, request.out), forward=request.forward,
+                     precision=request.precision, testdir=request.testdir, baseline=request.baseline,
+                     inputs=request.inputs, shapes=request.shapes, seed=request.seed, options=options,
+                     force=request.force, timeout=request.timeout, progress=progress)
+
+
+def testdir(request: TestDirRequest, progress: Progress) -> TestDirInfo:
+    from ..device_ops import make_testdir
+
+    return make_testdir(request.out, baseline=request.baseline, model=request.model, inputs=request.inputs,
+                        shapes=request.shapes, seed=request.seed, shape_mutable=request.shape_mutable,
+                        force=request.force)
+
+
+def toggle_shape_mutable(request: ToggleShapeMutableRequest, progress: Progress) -> ToggleResult:
+    from ..mnn.testdir import toggle_shape_mutable as toggle
+
+    return toggle(request.test_dir, request.value)
+
+
+def import_dump(request: ImportDumpRequest, progress: Progress) -> ImportResult:
+    from ..device_ops import import_dump as run_import
+
+    return run_import(request.dump_dir, out=request.out, model=request.model, execution=request.execution,
+                      reference=request.reference, force=request.force, progress=progress)
+
+
+def devices(request: DevicesRequest, progress: Progress) -> DevicesResult:
+    from ..device_ops import list_devices
+
+    return list_devices(adb=request.adb, timeout=request.timeout)
+
+
+def probe_device(request: ProbeDeviceRequest, progress: Progress) -> ProbeResult:
+    from ..device_ops import probe
+
+    with progress.stage("probe", total=None, message="probing the phone"):
+        result: ProbeResult = probe(serial=request.serial, adb=request.adb, mnn_dir=request.mnn_dir, mode=request.mode,
+                                    qnn_sdk=request.qnn_sdk, mnn_build=request.mnn_build, ndk=request.ndk,
+                                    timeout=request.timeout)
+    return result
+
+
+def case_add(request: CaseAddRequest, progress: Progress) -> CaseFile:
+    from pydantic import ValidationError
+
+    from ..triage.cases import CaseRecord, append_case
+
+    try:
+        record = CaseRecord(category=request.category, match=request.match, cause=request.cause, fix=request.fix,
+                            source=request.source)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise BadInputError(f"bad case: {first['loc'][0] if first['loc'] else ''} {first['msg']}",
+                            hint="see `qnn-debug case-add --help`") from None
+    return append_case(request.cases, record)
