@@ -271,3 +271,18 @@ def _interpret(run: EngineRun, what: str) -> dict[str, Any]:
     raise TargetError(f"{message}: {' | '.join(last)}", hint="check the arguments; the engine's own message is above",
                       details={"stderr_tail": run.stderr_tail, "returncode": run.returncode})
 
+
+
+def engine_work(ctx: Any, command: list[str], transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Any:
+    """The work of a long tool that still runs an engine CLI command (see :func:`run_engine`)."""
+    from .tool_context import app_state, confined
+
+    state = app_state(ctx)
+    command = confined(ctx, command)
+
+    async def work(on_progress: ProgressCallback) -> dict[str, Any]:
+        result = await run_engine(state.config.python, command, on_progress=on_progress,
+                                  timeout=state.config.long_timeout_s, stall_s=state.config.stall_timeout_s)
+        return transform(result) if transform else result
+
+    return work

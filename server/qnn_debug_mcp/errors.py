@@ -1,8 +1,10 @@
-"""Turn every failure the model should read into a ``ToolError`` that says what to do next.
+"""Turn every failure the model should read into an error answer that says what to do next.
 
-The engine's :class:`~qnn_debug.errors.QnnDebugError` (raised in-process, or rebuilt from the CLI's
-``{"error", "message", "hint"}`` document) carries a message and a hint; this module is the one place
-that formats them, so every tool words its errors the same way.
+The engine's :class:`~qnn_debug.errors.QnnDebugError` arrives from the worker with its class, message,
+hint and details (:func:`qnn_debug.errors.error_from_dict`); :func:`error_result` answers with text
+that starts with the class name (``UnsupportedOnTargetError: ... Next step: ...``) and the same
+fields as structured content. The server's own refusals (a path outside the workspace) are
+``ToolError`` errors from :func:`tool_error`. This module is the one place that formats both.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent
 
-from qnn_debug.errors import BadInputError, QnnDebugError, TargetError
+from qnn_debug.errors import BadInputError, QnnDebugError
 
 
 def tool_error(message: str, next_step: str | None = None) -> ToolError:
@@ -59,8 +62,39 @@ def from_engine(err: QnnDebugError) -> ToolError:
     return tool_error(err.message.rstrip(".") + details_text(err.details), err.hint or default)
 
 
+def engine_text(type_name: str, message: str, hint: str | None, details: dict[str, Any] | None, *,
+                bad_input: bool = False) -> str:
+    """``Class: message (QNN's reasons). Next step: hint.``"""
+    default = ("fix the argument named in the message and call the tool again" if bad_input
+               else "read the message above; call triage_log on the run's log if it names an error code")
+    step = (hint or default).rstrip(".")
+    return f"{type_name}: {message.rstrip('.')}{details_text(details)}. Next step: {step}."
+
+
+def error_result(err: QnnDebugError, *, prefix: str = "") -> CallToolResult:
+    """An engine error as the tool's answer: ``is_error``, text that starts with the error's class name,
+    and ``{"error": {type, kind, message, hint, details}}`` as structured content for programs."""
+    message = f"{prefix}{err.message}"
+    text = engine_text(type(err).__name__, message, err.hint, err.details, bad_input=isinstance(err, BadInputError))
+    info = {"type": type(err).__name__, "kind": err.kind, "message": message, "hint": err.hint,
+            "details": compact_details(err.details) or None}
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content={"error": info},
+                          is_error=True)
+
+
+def engine_error(type_name: str, kind: str, message: str, hint: str | None,
+                 details: dict[str, Any] | None = None) -> QnnDebugError:
+    """Rebuild an engine error kept as plain fields (a finished job's), with its class."""
+    from qnn_debug.errors import error_from_dict
+
+    return error_from_dict({"type": type_name, "error": kind, "message": message, "hint": hint,
+                            "details": details or {}})
+
+
 def engine_error_from_document(doc: dict[str, Any], exit_code: int) -> QnnDebugError:
     """Rebuild the engine error a CLI child printed as its ``--json`` document (exit 2 or 3)."""
+    from qnn_debug.errors import TargetError
+
     cls: type[QnnDebugError] = BadInputError if exit_code == BadInputError.exit_code else TargetError
     err = cls(str(doc.get("message") or "the engine failed"), hint=doc.get("hint"), details=doc.get("details") or {})
     err.kind = str(doc.get("error") or cls.kind)

@@ -21,9 +21,9 @@ import anyio
 from anyio.abc import TaskGroup
 
 from qnn_debug.errors import QnnDebugError
+from qnn_debug.process import AsyncProgress as ProgressCallback
 from qnn_debug.progress import ProgressEvent
 
-from .cli_child import ProgressCallback
 from .errors import compact_details, tool_error
 from .models import ErrorInfo, JobInfo, JobState, ProgressLine
 
@@ -178,7 +178,8 @@ class JobManager:
             job.state = "succeeded"
         except QnnDebugError as e:
             job.state = "failed"
-            job.error = ErrorInfo(kind=e.kind, message=e.message, hint=e.hint, details=compact_details(e.details) or None)
+            job.error = ErrorInfo(type=type(e).__name__, kind=e.kind, message=e.message, hint=e.hint,
+                                  details=compact_details(e.details) or None)
         except Exception as e:  # a bug: keep the details in the server log, tell the model plainly
             log.exception("job %s (%s) crashed", job.id, job.tool)
             job.state = "failed"

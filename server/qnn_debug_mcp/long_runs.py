@@ -1,4 +1,4 @@
-"""One policy for every tool that runs an engine CLI command: inline, background job, or "auto".
+"""One policy for every long tool: inline, background job, or "auto".
 
 - ``background=False``: run in this call (progress forwarded; cancelling the call kills the child).
 - ``background=True``: start a job and return its id at once.
@@ -20,15 +20,13 @@ from mcp.types import CallToolResult
 
 from qnn_debug.errors import QnnDebugError
 
-from .cli_child import ProgressCallback, run_engine
-from .errors import details_text, from_engine, tool_error
-from .jobs import Job
+from .errors import engine_error, error_result, tool_error
+from .jobs import Job, Work
 from .models import JobState, LongToolAnswer
-from .tool_context import app_state, caller, confined, relay, respond
+from .tool_context import app_state, caller, relay, respond
 
 Summarize = Callable[[dict[str, Any]], str]
 REPORT_PREFERENCE = (".md", ".html", ".json", ".png")
-Transform = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def report_files(result: dict[str, Any]) -> list[Path]:
@@ -54,32 +52,20 @@ async def run_long(
     *,
     tool: str,
     title: str,
-    command: list[str],
+    work: Work,
     background: bool | None,
     auto_background: bool,
     summarize: Summarize,
-    transform: Transform | None = None,
 ) -> CallToolResult:
-    """Run ``qnn-debug <command>`` according to the policy above and shape the answer.
-
-    ``transform`` trims the engine's result before it is kept or returned (e.g. compare's full tensor
-    table, which stays in the report files).
-    """
+    """Run ``work`` (an engine child; see :mod:`.engine_child`) according to the policy above and shape
+    the answer. An engine error comes back as the tool's error answer, under its own class name."""
     state = app_state(ctx)
-    limit = state.config.long_timeout_s
-    command = confined(ctx, command)
-
-    async def work(on_progress: ProgressCallback) -> dict[str, Any]:
-        result = await run_engine(state.config.python, command, on_progress=on_progress, timeout=limit,
-                                  stall_s=state.config.stall_timeout_s)
-        return transform(result) if transform else result
-
     as_job = background if background is not None else auto_background
     if not as_job:
         try:
             result = await work(relay(ctx))
         except QnnDebugError as e:
-            raise from_engine(e) from None
+            return error_result(e)
         return _finished(ctx, tool, title, None, result, summarize)
 
     job = state.jobs.submit(tool, title, work, summarize=summarize, owner=caller(ctx))
@@ -96,13 +82,15 @@ async def run_long(
 
 
 def outcome_or_error(ctx: Context, job: Job, summarize: Summarize) -> CallToolResult:
-    """A finished job as this tool's answer; a failed or cancelled one as a ToolError."""
+    """A finished job as this tool's answer; a failed one as the engine's error (its class name first),
+    a cancelled one as a ToolError."""
     if job.state == "succeeded" and job.result is not None:
         return _finished(ctx, job.tool, job.title, job.id, job.result, summarize)
     if job.error is not None:
-        raise tool_error(f"{job.tool} failed (job {job.id}): {job.error.message.rstrip('.')}"
-                         f"{details_text(job.error.details)}",
-                         job.error.hint or "fix the input and start the tool again")
+        e = job.error
+        err = engine_error(e.type or "TargetError", e.kind, e.message, e.hint or "fix the input and start the tool again",
+                           e.details)
+        return error_result(err, prefix=f"{job.tool} failed (job {job.id}): ")
     raise tool_error(f"{job.tool} job {job.id} was cancelled", "start the tool again if the result is still needed")
 
 
@@ -111,14 +99,14 @@ def _finished(ctx: Context, tool: str, title: str, job_id: str | None, result: d
     report_uri = publish_report(ctx, result, title)
     summary = summarize(result)
     step = f"open {report_uri} for the full report" if report_uri else "see `result` for details"
-    answer = LongToolAnswer(status="succeeded", job_id=job_id, summary=summary, result=result,
+    answer: LongToolAnswer[Any] = LongToolAnswer(status="succeeded", job_id=job_id, summary=summary, result=result,
                             report_uri=report_uri, next_step=step)
     return respond(answer, f"{tool}: {summary}")
 
 
 def _pending(job: Job) -> CallToolResult:
     state: JobState = job.state
-    answer = LongToolAnswer(
+    answer: LongToolAnswer[Any] = LongToolAnswer(
         status=state, job_id=job.id, summary=f"{job.title} is {state} as job {job.id}",
         next_step=f"call job_result with job_id={job.id} and wait_s up to 100 (or job_status for progress)",
     )

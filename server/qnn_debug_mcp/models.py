@@ -1,12 +1,12 @@
 """Pydantic models the tools return (their JSON schema is each tool's ``outputSchema``).
 
-Engine results are passed through as the engine's own JSON under ``result``/named fields rather
-than re-modelled here, so the server never drifts from the engine's contract.
+Engine results are the engine's own result models (:mod:`qnn_debug.api`), never re-modelled here: a
+long tool answers ``LongToolAnswer[Result]``, so its output schema describes ``result`` exactly.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -16,6 +16,7 @@ JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 class ErrorInfo(BaseModel):
     """Why a job failed: the engine's message and what to do next."""
 
+    type: str | None = Field(None, description="the engine error's class, e.g. BadInputError, UnsupportedOnTargetError")
     kind: str = Field(description="bad_input, target_failure, device_failure, unsupported_nodes, timeout, internal")
     message: str
     hint: str | None = None
@@ -60,12 +61,15 @@ class JobOutcome(BaseModel):
     next_step: str
 
 
-class LongToolAnswer(BaseModel):
+R = TypeVar("R")
+
+
+class LongToolAnswer(BaseModel, Generic[R]):
     """Answer of a tool that may run long: the result, or a job id to follow with job_status/job_result."""
 
     status: JobState = Field(description="succeeded: `result` is filled; queued/running: follow `job_id`")
     job_id: str | None = Field(None, description="id for job_status / job_result / job_cancel; None when run inline")
     summary: str
-    result: dict[str, Any] | None = Field(None, description="the engine's JSON result once finished")
+    result: R | None = Field(None, description="the engine's result once finished")
     report_uri: str | None = None
     next_step: str

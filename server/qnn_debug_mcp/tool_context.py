@@ -118,6 +118,16 @@ def confined(ctx: Context, command: list[str]) -> list[str]:
     return [*command, *engine_roots(ctx, Workspace(app_state(ctx).config.roots))]
 
 
+def child_roots(ctx: Context, ws: Workspace) -> list[Path]:
+    """The folders an engine child is confined to: the call's workspace plus the operator's exec folders
+    (the engine re-checks every file it opens against them)."""
+    roots = list(ws.roots)
+    exec_ws = exec_workspace(ctx)
+    if exec_ws is not None:
+        roots += [r for r in exec_ws.roots if not ws.contains(r)]
+    return roots
+
+
 def engine_roots(ctx: Context, ws: Workspace) -> list[str]:
     """``--root`` arguments for an engine command: the engine re-checks every file it opens against them."""
     roots = list(ws.roots)

@@ -16,6 +16,7 @@ from pydantic import Field
 from qnn_debug.mnn.soc import DEFAULT_SOC, default_soc_help
 
 from ..args import Background, ClientRoots, InputsOrTestDir, OutPath, PathArg
+from ..cli_child import engine_work
 from ..errors import tool_error
 from ..long_runs import run_long
 from ..models import LongToolAnswer
@@ -116,7 +117,7 @@ def register_runs(server: MCPServer) -> None:
         if mnn_model:
             cmd += ["--mnn-model", str(ws.resolve(mnn_model, what="mnn_model", kind="file"))]
         cmd += engine_roots(ctx, ws)
-        return await run_long(ctx, tool="baseline", title=f"baseline of {model_path.name}", command=cmd,
+        return await run_long(ctx, tool="baseline", title=f"baseline of {model_path.name}", work=engine_work(ctx, cmd),
                               background=background, auto_background=True, summarize=summarize_baseline)
 
     @tool(server, title="Dump every QNN tensor", annotations=WRITES_RUNS_MAYBE_DEVICE)
@@ -154,7 +155,7 @@ def register_runs(server: MCPServer) -> None:
         cmd += option_args(options, ws, serial=serial, adb=app_state(ctx).config.adb, target=target,
                            exec_ws=exec_workspace(ctx))
         cmd += engine_roots(ctx, ws)
-        return await run_long(ctx, tool="dump_qnn", title=f"{target} dump of {model_path.name}", command=cmd,
+        return await run_long(ctx, tool="dump_qnn", title=f"{target} dump of {model_path.name}", work=engine_work(ctx, cmd),
                               background=background, auto_background=True, summarize=summarize_dump)
 
 
@@ -246,8 +247,9 @@ def register_compare(server: MCPServer) -> None:
         if fp16_codes != "htp":
             cmd += ["--fp16-codes", fp16_codes]
         cmd += engine_roots(ctx, ws)
-        return await run_long(ctx, tool="compare", title=f"compare of {tgt.name}", command=cmd, background=background,
-                              auto_background=False, summarize=summarize_compare, transform=lambda r: top_rows(r, top))
+        return await run_long(ctx, tool="compare", title=f"compare of {tgt.name}",
+                              work=engine_work(ctx, cmd, lambda r: top_rows(r, top)), background=background,
+                              auto_background=False, summarize=summarize_compare)
 
     @tool(server, title="Diagnose a model on QNN end to end", annotations=WRITES_RUNS_MAYBE_DEVICE)
     async def diagnose(
@@ -290,6 +292,6 @@ def register_compare(server: MCPServer) -> None:
             return {**r, "compare": top_rows(r["compare"], top) if r.get("compare") else None}
 
         cmd += engine_roots(ctx, ws)
-        return await run_long(ctx, tool="diagnose", title=f"diagnose of {model_path.name} on {target}", command=cmd,
-                              background=background, auto_background=True, summarize=summarize_diagnose,
-                              transform=trim)
+        return await run_long(ctx, tool="diagnose", title=f"diagnose of {model_path.name} on {target}",
+                              work=engine_work(ctx, cmd, trim), background=background, auto_background=True,
+                              summarize=summarize_diagnose)

@@ -19,6 +19,7 @@ from qnn_debug.device.probe import ProbeResult
 
 from .. import quick_tasks
 from ..args import Background, ClientRoots, InputsPath, OutPath, PathArg
+from ..cli_child import engine_work
 from ..long_runs import run_long
 from ..models import LongToolAnswer
 from ..target_options import DevicePath, Serial, TargetOptions, option_args
@@ -155,7 +156,7 @@ def register(server: MCPServer) -> None:
                            exec_ws=exec_workspace(ctx))
         cmd += engine_roots(ctx, ws)
         return await run_long(ctx, tool="run_on_device", title=f"ModuleBasic {target} run of {model_path.name}",
-                              command=cmd, background=background, auto_background=False, summarize=summarize_run)
+                              work=engine_work(ctx, cmd), background=background, auto_background=False, summarize=summarize_run)
 
 
 def summarize_run(r: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ from qnn_debug.llm.check_models import LlmCheckRequest, LlmCheckResult
 
 from .. import quick_tasks
 from ..args import Background, ClientRoots, OutPath, PathArg
+from ..cli_child import engine_work
 from ..long_runs import run_long
 from ..models import LongToolAnswer
 from ..target_options import Serial
@@ -116,5 +117,5 @@ def register(server: MCPServer) -> None:
             if device_logits_diff:
                 cmd.append("--device-logits-diff")
         cmd += engine_roots(ctx, ws)
-        return await run_long(ctx, tool="compare_llm_text", title=f"LLM text of {folder.name}", command=cmd,
+        return await run_long(ctx, tool="compare_llm_text", title=f"LLM text of {folder.name}", work=engine_work(ctx, cmd),
                               background=background, auto_background=True, summarize=summarize_text)

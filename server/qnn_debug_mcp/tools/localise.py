@@ -13,6 +13,7 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from ..args import Background, ClientRoots, InputsOrTestDir, OutPath, PathArg
+from ..cli_child import engine_work
 from ..long_runs import run_long
 from ..models import LongToolAnswer
 from ..target_options import Serial, TargetOptions, option_args
@@ -78,7 +79,7 @@ def register_bisect(server: MCPServer) -> None:
         if opencl:
             cmd.append("--opencl")
         cmd += option_args(options, ws, serial=serial, adb=app_state(ctx).config.adb, target=target)
-        return await run_long(ctx, tool="bisect", title=f"bisect of {model_path.name} on {target}", command=cmd,
+        return await run_long(ctx, tool="bisect", title=f"bisect of {model_path.name} on {target}", work=engine_work(ctx, cmd),
                               background=background, auto_background=True, summarize=summarize_bisect)
 
 
@@ -132,4 +133,4 @@ def register_blocks(server: MCPServer) -> None:
         if target != "htp-sim":
             cmd += engine_roots(ctx, ws)
         return await run_long(ctx, tool="localise_blocks", title=f"block localisation of {model_path.name}",
-                              command=cmd, background=background, auto_background=True, summarize=summarize_blocks)
+                              work=engine_work(ctx, cmd), background=background, auto_background=True, summarize=summarize_blocks)

@@ -18,12 +18,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, Field
 
+from .. import process
 from ..errors import BadInputError, DeviceError
 
 DEFAULT_TIMEOUT = 60.0
@@ -66,6 +67,15 @@ def device_path(base: str, *parts: str) -> str:
     return str(path)
 
 
+@dataclass(frozen=True)
+class AdbResult:
+    """What one adb command printed and how it exited."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 class Adb:
     """One adb client bound to (at most) one serial."""
 
@@ -89,25 +99,25 @@ class Adb:
         return cmd
 
     def _run(self, args: list[str], *, timeout: float | None = None, with_serial: bool = True,
-             check: bool = True) -> subprocess.CompletedProcess[str]:
+             check: bool = True) -> AdbResult:
         cmd = self._base(with_serial) + args
         limit = timeout or self.timeout
         env = {k: v for k, v in os.environ.items() if k != "ANDROID_SERIAL"}  # the serial is ours to choose
         try:
-            proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  errors="replace", timeout=limit, check=False, env=env)
+            done = process.run(cmd, timeout=limit, env=env)
         except FileNotFoundError:
             raise DeviceError(f"adb not found ({self.adb!r})",
                               hint="install Android platform-tools (Debian: apt-get install adb) or pass --adb PATH") from None
         except PermissionError:
             raise DeviceError(f"adb at {self.adb!r} is not executable", hint="pass a working adb with --adb PATH") from None
-        except subprocess.TimeoutExpired:
+        except process.ChildTimeout:
             raise DeviceError(f"adb {args[0]} did not finish within {limit:.0f} s",
                               hint="check the USB connection and `adb devices`; raise --timeout for big transfers",
                               details={"command": args[:1]}) from None
-        if check and proc.returncode != 0:
-            raise classify_failure(proc.stdout + "\n" + proc.stderr, self.serial, what=f"adb {args[0]}")
-        return proc
+        result = AdbResult(returncode=done.returncode, stdout=done.text, stderr=done.stderr)
+        if check and result.returncode != 0:
+            raise classify_failure(result.stdout + "\n" + result.stderr, self.serial, what=f"adb {args[0]}")
+        return result
 
     # -- devices --------------------------------------------------------------------------------------------
 

@@ -21,13 +21,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from .. import process
 from ..errors import BadInputError, TargetError
 from .soc import resolve
 
@@ -135,11 +135,14 @@ def run_mnn2qnn(
         conv_out = work / "out"
         cmd = build_command(str(exe.absolute()), str(sdk), soc, arch, str(local_src), str(conv_out), shapes, dump=dump)
         try:
-            proc = subprocess.run(cmd, cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  errors="replace", timeout=timeout, env=dict(os.environ if env is None else env), check=False)
-        except subprocess.TimeoutExpired:
+            proc = process.run(cmd, cwd=work, timeout=timeout, env=dict(os.environ if env is None else env),
+                               merge_stderr=True)
+        except process.ChildTimeout:
             raise TargetError(f"MNN2QNNModel did not finish within {timeout:.0f} s", hint="raise --timeout") from None
-        log = proc.stdout + proc.stderr
+        except OSError as e:
+            raise TargetError(f"cannot start MNN2QNNModel ({e.strerror})",
+                              hint="is it an x86_64 executable built for this machine?") from None
+        log = proc.text
         mnn_name, bin_name = output_names(base, soc, arch)
         messages = [ln.strip() for ln in log.splitlines() if ln.strip().startswith(("[Pass]", "[Error]", "[Warning]", "[All passed]"))
                     or "Failed to" in ln or "parse error" in ln or "Unknown option" in ln or "must be run on a x86_64" in ln]

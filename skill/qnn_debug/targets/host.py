@@ -9,10 +9,9 @@ model and test dir into a fresh local directory, exactly like the device target 
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
-from .. import fs
+from .. import fs, process
 from ..errors import BadInputError, TargetError
 from ..progress import Progress
 from ..runstore import Run
@@ -59,15 +58,13 @@ class LocalExecutor:
     def execute(self, argv: list[str], *, cwd: str, env: dict[str, str], timeout: float) -> tuple[int, str]:
         full_env = {**os.environ, **env}
         try:
-            proc = subprocess.run(argv, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, errors="replace", timeout=timeout, check=False)
-        except subprocess.TimeoutExpired as e:
-            out = e.stdout if isinstance(e.stdout, str) else (e.stdout or b"").decode("utf-8", "replace")
+            done = process.run(argv, cwd=cwd, env=full_env, timeout=timeout, merge_stderr=True)
+        except process.ChildTimeout as e:
             raise TargetError(f"ModuleBasic did not finish within {timeout:.0f} s", hint="raise --timeout",
-                              details={"log_tail": out[-2000:]}) from None
+                              details={"log_tail": e.output[-2000:]}) from None
         except OSError as e:
             raise TargetError(f"cannot start {argv[0]}: {e}", hint="is it an executable built for this machine?") from None
-        return proc.returncode, proc.stdout
+        return done.returncode, done.text
 
     def fetch(self, target_path: str, local: Path) -> bool:
         src = Path(target_path)
