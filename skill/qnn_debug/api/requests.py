@@ -37,9 +37,10 @@ class TriageRequest(Request):
 
     log_text: Annotated[str | None, Cli(hidden=True), Field(
         default=None, max_length=MAX_LOG_CHARS, description="The log itself (stdout+stderr of the failing run)")] = None
-    log_path: Annotated[str | None, PathRole("file"), Cli(positional=True), Field(
+    log_path: Annotated[str | None, PathRole("file"), Cli(positional=True, default="-"), Field(
         default=None, max_length=4096,
-        description="A log file (MNN stdout, QNN/ORT log, logcat, gdb backtrace; any size); give this or log_text")] = None
+        description="A log file (MNN stdout, QNN/ORT log, logcat, gdb backtrace; any size; '-' reads stdin); give "
+        "this or log_text")] = None
     cases_path: Annotated[str | None, PathRole("file"), Cli(flag="--cases"), Field(
         default=None, max_length=4096,
         description="Cases file of past solved problems (JSON lines written by `qnn-debug case-add`); default: "
@@ -164,7 +165,7 @@ class BaselineRequest(Request):
 
     model: Annotated[str, PathRole("file"), Cli(positional=True), Field(
         min_length=1, max_length=4096, description="The .onnx (or .mnn) model")]
-    out: Out = None
+    out: Out = Field(None, description="Baseline directory (default: qnn-debug-runs/MODEL/baseline)")
     inputs: InputsOrTestDir = None
     shapes: Shapes = None
     seed: Seed = 0
@@ -182,6 +183,7 @@ class DumpRequest(TargetRun):
     """A model to run on a QNN target, capturing every intermediate tensor and refusing any CPU fallback."""
 
     precision: Precision = "fp16"
+    out: Out = Field(None, description="Run directory (default: qnn-debug-runs/MODEL/TARGET-PRECISION)")
 
     def default_out(self) -> tuple[str, str] | None:
         return _stem(self.model), f"{self.target}-{self.precision}"
@@ -191,6 +193,7 @@ class DiagnoseRequest(TargetRun):
     """Baseline, all-tensor dump and comparison of one .onnx model in one call."""
 
     precision: Precision = "fp16"
+    out: Out = Field(None, description="Output directory (default: qnn-debug-runs/MODEL/diagnose-TARGET)")
     mnn_gate: MnnGate = True
 
     def default_out(self) -> tuple[str, str] | None:
@@ -240,6 +243,7 @@ class BisectRequest(TargetRun):
         min_length=1, max_length=32, json_schema_extra={"enum": list(QNN_TARGETS)},
         description="htp-sim (no phone needed), device (ModuleBasic over adb: QNN fp16 vs MNN CPU fp32, CPU fp16 "
         "as the floor) or host")] = "htp-sim"
+    out: Out = Field(None, description="Output directory (default: qnn-debug-runs/MODEL/bisect-TARGET)")
     reference_model: ReferenceModel = None
     baseline: Annotated[str | None, PathRole("dir"), Cli(flag="--baseline"), Field(
         default=None, max_length=4096, description="Reuse this baseline directory (htp-sim) instead of building "
@@ -263,6 +267,7 @@ class LocaliseBlocksRequest(TargetRun):
         description="htp-sim (every block in one simulator session, no phone needed), device (each block's .mnn "
         "dumped with MNN2QNNModel --dump_intermediate_outputs and run on the phone over adb; options mnn2qnn and "
         "qnn_sdk) or host (a local MNN build)")] = "htp-sim"
+    out: Out = Field(None, description="Output directory (default: qnn-debug-runs/MODEL/blocks, or blocks-TARGET off the simulator)")
     reference_model: ReferenceModel = None
     layers_per_block: Annotated[int, Cli(flag="--layers-per-block"), Field(
         ge=1, le=64, description="Decoder layers cut out together")] = 1
@@ -304,7 +309,7 @@ class LlmTextRequest(Request):
         default=None, max_length=4096, description="Read the prompt from this UTF-8 file")] = None
     max_new_tokens: Annotated[int, Cli(flag="--max-new-tokens"), Field(
         ge=1, le=512, description="Tokens to generate (and compare)")] = 32
-    out: Out = None
+    out: Out = Field(None, description="New directory for logits, logs and llm_text.json (default: qnn-debug-runs/EXPORT/llm-text)")
     target_export: Annotated[str | None, PathRole("dir"), Cli(flag="--target-export"), Field(
         default=None, max_length=4096, description="Another export folder, run on MNN CPU the same way")] = None
     target_text: Annotated[str | None, Cli(flag="--target-text"), Field(
@@ -386,7 +391,7 @@ class RunRequest(Request):
         description="Run this MNN test dir (input.json + <tensor>.txt inputs and references)")] = None
     baseline: Annotated[str | None, PathRole("dir"), Cli(flag="--baseline"), Field(
         default=None, max_length=4096, description="Use this baseline's inputs and fp32 reference outputs")] = None
-    out: Out = None
+    out: Out = Field(None, description="Run directory (default: qnn-debug-runs/MODEL/TARGET-run)")
     serial: Serial = None
     inputs: InputsOrTestDir = None
     shapes: Shapes = None

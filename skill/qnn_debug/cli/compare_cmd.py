@@ -10,15 +10,12 @@ replace an existing file that is not ``.json``.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import typer
 from typer.core import TyperCommand
 
-from ..errors import BadInputError, QnnDebugError
-from .app import app
-from .common import cli_progress, emit, fail
+from .builder import JsonFlag, op_command
 
 STDOUT = "-"
 
@@ -62,45 +59,20 @@ class OptionalJsonCommand(TyperCommand):
         return result
 
 
-@app.command("compare", cls=OptionalJsonCommand)
-def compare(
-    reference: Path = typer.Argument(..., help="Baseline directory (reference/ + fp16_floor/) or a reference run."),
-    target: Path = typer.Argument(..., help="A run directory, an MNN QNN dump directory (manifest_*.tsv) or an .npz. A baseline "
-                                             "directory is refused: pass its reference/ run to compare two baselines."),
-    model: Path = typer.Option(None, "--model", help="The reference's ONNX model (default: the one recorded in the baseline)."),
-    mnn_model: Path = typer.Option(None, "--mnn-model", help="Source .mnn that names t<N> in an MNN dump (default: the baseline's)."),
-    execution: int = typer.Option(None, "--execution", help="Which execution of an MNN dump (default: the newest)."),
-    report: Path = typer.Option(None, "--report", help="Write compare.md, compare.json and error_by_position.png here."),
-    json_out: str = typer.Option(None, "--json", metavar="[FILE|-]",
-                                 help="JSON result: on stdout (--json or --json -) or into FILE."),
-    no_local: bool = typer.Option(False, "--no-local", help="Do not re-run suspect ops on CPU (faster, less certain)."),
-    fp16_codes: str = typer.Option("htp", "--fp16-codes", help="How an MNN dump's fp16 buffers read exponent-31 codes: "
-                                   "htp (finite up to 131008; HTP has no inf/NaN) or ieee (an IEEE-fp16 producer)."),
-) -> None:
-    """Compare TARGET with REFERENCE tensor by tensor, name the first failing op and give a verdict.
+def _human(result: Any, request: Any) -> None:
+    print_summary(result)
+    if request.json_path is not None:
+        typer.echo(f"JSON: {request.json_path}")
 
-    TARGET is one run; a baseline directory is refused with a pointer to its reference/ run."""
-    from ..compare.pipeline import CompareOptions, compare_paths
 
-    to_stdout = json_out == STDOUT
-    if fp16_codes not in ("htp", "ieee"):
-        fail(BadInputError(f"--fp16-codes {fp16_codes!r} is not htp or ieee",
-                           hint="htp for dumps from Qualcomm's HTP (the default), ieee for an IEEE-fp16 producer"), to_stdout)
-    try:
-        with cli_progress() as progress:
-            result = compare_paths(reference, target, model=model, mnn_model=mnn_model, execution=execution,
-                                   report_dir=report, json_path=None if json_out in (None, STDOUT) else json_out,
-                                   options=CompareOptions(local_checks=not no_local), progress=progress,
-                                   fp16_codes="ieee" if fp16_codes == "ieee" else "htp")
-    except QnnDebugError as e:
-        fail(e, to_stdout)
+COMPARE_JSON = JsonFlag(
+    option=typer.Option(None, "--json", metavar="[FILE|-]", help="JSON result: on stdout (--json or --json -) or into FILE."),
+    annotation=str | None, to_stdout=lambda value: value == STDOUT,
+    fields=lambda value: {} if value in (None, STDOUT) else {"json_path": value})
 
-    def human() -> None:
-        print_summary(result)
-        if json_out not in (None, STDOUT):
-            typer.echo(f"JSON: {json_out}")
-
-    emit(result, to_stdout, human)
+op_command("compare", "compare", _human, json=COMPARE_JSON, cls=OptionalJsonCommand, help_text=(
+    "Compare TARGET with REFERENCE tensor by tensor, name the first failing op and give a verdict.\n\n"
+    "TARGET is one run; a baseline directory is refused with a pointer to its reference/ run."))
 
 
 def print_summary(result: Any) -> None:
