@@ -11,28 +11,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import BadInputError
 from ..progress import Progress
+from . import requests as rq
 from .options import engine_options
-from .requests import (
-    BaselineRequest,
-    BisectRequest,
-    CaseAddRequest,
-    CompareRequest,
-    DevicesRequest,
-    DiagnoseRequest,
-    DumpRequest,
-    ImportDumpRequest,
-    LlmCheckRequest,
-    LlmTextRequest,
-    LocaliseBlocksRequest,
-    OpLookupRequest,
-    ProbeDeviceRequest,
-    Request,
-    RunRequest,
-    TargetRun,
-    TestDirRequest,
-    ToggleShapeMutableRequest,
-    TriageRequest,
-)
 
 if TYPE_CHECKING:
     from ..baseline_models import BaselineResult
@@ -52,7 +32,7 @@ if TYPE_CHECKING:
 RUNS_DIR = "qnn-debug-runs"
 
 
-def out_dir(request: Request, out: str | None) -> Path:
+def out_dir(request: rq.Request, out: str | None) -> Path:
     """``out``, or ``qnn-debug-runs/<group>/<leaf>`` from the request's :meth:`~.requests.Request.default_out`."""
     if out is not None:
         return Path(out)
@@ -62,7 +42,7 @@ def out_dir(request: Request, out: str | None) -> Path:
     return Path(RUNS_DIR, *where)
 
 
-def _target_options(request: TargetRun) -> dict[str, str]:
+def _target_options(request: rq.TargetRun) -> dict[str, str]:
     from ..targets import check_target
 
     check_target(request.target)
@@ -70,7 +50,7 @@ def _target_options(request: TargetRun) -> dict[str, str]:
                           adb=request.adb)
 
 
-def triage(request: TriageRequest, progress: Progress) -> TriageResult:
+def triage(request: rq.TriageRequest, progress: Progress) -> TriageResult:
     from .. import fs
     from ..triage import triage_log
     from ..triage.cases import DEFAULT_NAME
@@ -87,7 +67,7 @@ def triage(request: TriageRequest, progress: Progress) -> TriageResult:
     return triage_log(text=request.log_text, cases=cases)
 
 
-def op_lookup(request: OpLookupRequest, progress: Progress) -> OpConstraints:
+def op_lookup(request: rq.OpLookupRequest, progress: Progress) -> OpConstraints:
     from ..ops import lookup_op_constraints
 
     attrs = [f"{k}={v}" for k, v in (request.attrs or {}).items()]
@@ -96,7 +76,7 @@ def op_lookup(request: OpLookupRequest, progress: Progress) -> OpConstraints:
                                  progress=progress)
 
 
-def baseline(request: BaselineRequest, progress: Progress) -> BaselineResult:
+def baseline(request: rq.BaselineRequest, progress: Progress) -> BaselineResult:
     from ..baseline import run_baseline
 
     return run_baseline(request.model, out_dir(request, request.out), inputs=request.inputs, shapes=request.shapes,
@@ -104,7 +84,7 @@ def baseline(request: BaselineRequest, progress: Progress) -> BaselineResult:
                         mnn_model=request.mnn_model)
 
 
-def dump(request: DumpRequest, progress: Progress) -> DumpResult:
+def dump(request: rq.DumpRequest, progress: Progress) -> DumpResult:
     from .. import targets
     from ..dump import run_dump
 
@@ -116,7 +96,7 @@ def dump(request: DumpRequest, progress: Progress) -> DumpResult:
         force=request.force, timeout=request.timeout, options=options), progress)
 
 
-def compare(request: CompareRequest, progress: Progress) -> CompareResult:
+def compare(request: rq.CompareRequest, progress: Progress) -> CompareResult:
     from ..compare.pipeline import CompareOptions, compare_paths
 
     return compare_paths(request.reference, request.target, model=request.model, mnn_model=request.mnn_model,
@@ -125,7 +105,7 @@ def compare(request: CompareRequest, progress: Progress) -> CompareResult:
                          fp16_codes=request.fp16_codes)
 
 
-def diagnose(request: DiagnoseRequest, progress: Progress) -> DiagnoseResult:
+def diagnose(request: rq.DiagnoseRequest, progress: Progress) -> DiagnoseResult:
     from ..diagnose import diagnose as run_diagnose
 
     options = _target_options(request)
@@ -135,7 +115,7 @@ def diagnose(request: DiagnoseRequest, progress: Progress) -> DiagnoseResult:
                         target_options=options, timeout=request.timeout, progress=progress)
 
 
-def bisect(request: BisectRequest, progress: Progress) -> BisectResult:
+def bisect(request: rq.BisectRequest, progress: Progress) -> BisectResult:
     from ..localise import bisect as engine
 
     options = _target_options(request)
@@ -146,7 +126,7 @@ def bisect(request: BisectRequest, progress: Progress) -> BisectResult:
         opencl=request.opencl, mnn_gate=request.mnn_gate, force=request.force, timeout=request.timeout), progress)
 
 
-def localise_blocks(request: LocaliseBlocksRequest, progress: Progress) -> BlockResult:
+def localise_blocks(request: rq.LocaliseBlocksRequest, progress: Progress) -> BlockResult:
     from ..localise import blocks as engine
 
     if request.serial and request.target != "device":
@@ -159,7 +139,7 @@ def localise_blocks(request: LocaliseBlocksRequest, progress: Progress) -> Block
         options=options, force=request.force, timeout=request.timeout), progress)
 
 
-def llm_check(request: LlmCheckRequest, progress: Progress) -> LlmCheckResult:
+def llm_check(request: rq.LlmCheckRequest, progress: Progress) -> LlmCheckResult:
     from ..llm import check_models
     from ..llm.check import check_llm_export
 
@@ -167,7 +147,7 @@ def llm_check(request: LlmCheckRequest, progress: Progress) -> LlmCheckResult:
                                                          max_history_token=request.max_history_token))
 
 
-def llm_text(request: LlmTextRequest, progress: Progress) -> LlmTextResult:
+def llm_text(request: rq.LlmTextRequest, progress: Progress) -> LlmTextResult:
     from .. import fs
     from ..llm import text_models
     from ..llm.llm_demo import DeviceTextTarget
@@ -193,7 +173,7 @@ def llm_text(request: LlmTextRequest, progress: Progress) -> LlmTextResult:
     return run_llm_text(engine_request, progress=progress)
 
 
-def run(request: RunRequest, progress: Progress) -> RunModelResult:
+def run(request: rq.RunRequest, progress: Progress) -> RunModelResult:
     from ..device_ops import run_model
 
     options = engine_options(request.options, request.extra_options, target=request.target, serial=request.serial,
@@ -204,7 +184,7 @@ def run(request: RunRequest, progress: Progress) -> RunModelResult:
                      force=request.force, timeout=request.timeout, progress=progress)
 
 
-def testdir(request: TestDirRequest, progress: Progress) -> TestDirInfo:
+def testdir(request: rq.TestDirRequest, progress: Progress) -> TestDirInfo:
     from ..device_ops import make_testdir
 
     return make_testdir(request.out, baseline=request.baseline, model=request.model, inputs=request.inputs,
@@ -212,26 +192,26 @@ def testdir(request: TestDirRequest, progress: Progress) -> TestDirInfo:
                         force=request.force)
 
 
-def toggle_shape_mutable(request: ToggleShapeMutableRequest, progress: Progress) -> ToggleResult:
+def toggle_shape_mutable(request: rq.ToggleShapeMutableRequest, progress: Progress) -> ToggleResult:
     from ..mnn.testdir import toggle_shape_mutable as toggle
 
     return toggle(request.test_dir, request.value)
 
 
-def import_dump(request: ImportDumpRequest, progress: Progress) -> ImportResult:
+def import_dump(request: rq.ImportDumpRequest, progress: Progress) -> ImportResult:
     from ..device_ops import import_dump as run_import
 
     return run_import(request.dump_dir, out=request.out, model=request.model, execution=request.execution,
                       reference=request.reference, force=request.force, progress=progress)
 
 
-def devices(request: DevicesRequest, progress: Progress) -> DevicesResult:
+def devices(request: rq.DevicesRequest, progress: Progress) -> DevicesResult:
     from ..device_ops import list_devices
 
     return list_devices(adb=request.adb, timeout=request.timeout)
 
 
-def probe_device(request: ProbeDeviceRequest, progress: Progress) -> ProbeResult:
+def probe_device(request: rq.ProbeDeviceRequest, progress: Progress) -> ProbeResult:
     from ..device_ops import probe
 
     with progress.stage("probe", total=None, message="probing the phone"):
@@ -241,7 +221,7 @@ def probe_device(request: ProbeDeviceRequest, progress: Progress) -> ProbeResult
     return result
 
 
-def case_add(request: CaseAddRequest, progress: Progress) -> CaseFile:
+def case_add(request: rq.CaseAddRequest, progress: Progress) -> CaseFile:
     from pydantic import ValidationError
 
     from ..triage.cases import CaseRecord, append_case

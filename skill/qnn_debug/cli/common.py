@@ -23,7 +23,6 @@ from ..errors import QnnDebugError
 from ..progress import Progress, ProgressEvent, json_lines_sink
 
 JSON_OPTION = typer.Option(False, "--json", help="Print one machine-readable JSON document on stdout.")
-FORCE_OPTION = typer.Option(False, "--force", help="Replace a previous run in --out.")
 
 _state: dict[str, bool] = {"debug": False, "progress_json": False}
 
