@@ -106,6 +106,7 @@ def _willneed(path: Path) -> None:
 
 def child_compare(root: Path) -> dict[str, float | str]:
     from qnn_debug.compare.importers import ReferenceSide
+    from qnn_debug.compare.metrics import kernel_status
     from qnn_debug.compare.pipeline import compare_runs
     from qnn_debug.runstore import load_run
 
@@ -116,7 +117,7 @@ def child_compare(root: Path) -> dict[str, float | str]:
     seconds, cpu = time.perf_counter() - start, _cpu() - cpu
     worst = min(r.metrics["sqnr_db"] or 0.0 for r in result.tensors)
     return {"seconds": seconds, "cpu_s": cpu, "tensors": len(result.tensors), "verdict": result.verdict.kind, "worst_sqnr_db": worst,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "comparator": kernel_status()}
 
 
 def run_child(mode: str, root: Path) -> dict[str, float | str]:
@@ -177,7 +178,7 @@ def main() -> int:
             "compare_warm_gb_s": round(size / best["compare_warm"] / 1e9, 2),
             "peak_rss_mib": round(max(rss), 1), "all_runs_s": {k: [round(x, 3) for x in v] for k, v in timings.items()},
             "median_ratio_cold": round(statistics.median(timings["read_cold"]) / statistics.median(timings["compare_cold"]), 3),
-            "verdict": last.get("verdict"),
+            "verdict": last.get("verdict"), "comparator": last.get("comparator"),
         }
         ok = (report["ratio_cold"] >= TARGET_RATIO and report["ratio_warm"] >= TARGET_WARM_RATIO
               and report["peak_rss_mib"] <= TARGET_RSS_MIB)
@@ -193,7 +194,8 @@ def main() -> int:
             print(f"  warm cache: read {report['read_warm_s']} s, compare {report['compare_warm_s']} s "
                   f"({report['compare_warm_gb_s']} GB/s) -> ratio {report['ratio_warm']} (target >= {TARGET_WARM_RATIO}); "
                   f"CPU-time ratio {report['cpu_ratio_warm']}")
-            print(f"  compare peak RSS {report['peak_rss_mib']} MiB (target <= {TARGET_RSS_MIB}); verdict {report['verdict']}")
+            print(f"  compare peak RSS {report['peak_rss_mib']} MiB (target <= {TARGET_RSS_MIB}); verdict {report['verdict']}; "
+                  f"comparator: {report['comparator']}")
             print("  " + ("targets met" if ok else "TARGET MISSED"))
         return 0 if ok else 1
     finally:

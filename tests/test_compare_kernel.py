@@ -163,6 +163,13 @@ def test_kernel_builds_into_a_fresh_cache_and_falls_back_without_compiler(tmp_pa
     monkeypatch.setattr(metrics, "_cache_dirs", lambda: [tmp_path / "other" / "qnn-debug"])
     fns, why = metrics._load_kernel()
     assert fns is None and "compiler did not run" in why
+    broken = tmp_path / "cc"
+    broken.write_text("#!/bin/sh\necho 'cc: cannot compile here' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    monkeypatch.setenv("CC", str(broken))
+    fns, why = metrics._load_kernel()
+    assert fns is None and "compiler failed (exit status 3): cc: cannot compile here" in why
+    assert not list((tmp_path / "other" / "qnn-debug").iterdir())  # nothing half-built left behind
     monkeypatch.setenv(metrics._KERNEL_ENV, "numpy")
     assert metrics._load_kernel() == (None, f"{metrics._KERNEL_ENV}=numpy")
 

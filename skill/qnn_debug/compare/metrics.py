@@ -31,7 +31,6 @@ import math
 import os
 import platform
 import shutil
-import subprocess
 import tempfile
 import threading
 from collections.abc import Callable
@@ -138,20 +137,24 @@ def _build(cc: str, folder: Path, lib_path: Path) -> str:
         return f"cannot create {folder}: {e.strerror}"
     if folder.stat().st_uid != os.getuid():
         return f"{folder} belongs to another user"
+    from .. import process  # the one way the project starts a child (the compiler's whole tree is stopped)
+
     tmp = folder / f".{lib_path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
     err = "compiler failed"
-    for flags in _CC_FLAGS:
-        try:
-            done = subprocess.run([cc, *flags, "-shared", "-fPIC", "-o", str(tmp), str(_KERNEL_SOURCE)],
-                                  capture_output=True, text=True, timeout=120, check=False)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return f"compiler did not run: {e}"
-        if done.returncode == 0:
-            os.replace(tmp, lib_path)
-            return ""
-        err = f"compiler failed: {done.stderr.strip()[-200:]}"
-    tmp.unlink(missing_ok=True)
-    return err
+    try:
+        for flags in _CC_FLAGS:
+            try:
+                done = process.run([cc, *flags, "-shared", "-fPIC", "-o", str(tmp), str(_KERNEL_SOURCE)],
+                                   timeout=120)
+            except (OSError, process.ChildTimeout) as e:
+                return f"compiler did not run: {e}"
+            if done.returncode == 0:
+                os.replace(tmp, lib_path)
+                return ""
+            err = f"compiler failed ({done.status()}): {' '.join(done.tail(3))[-300:]}"
+        return err
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _kernel_operand(a: np.ndarray) -> tuple[str, np.ndarray, int]:
