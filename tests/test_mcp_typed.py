@@ -5,23 +5,42 @@ Through a real ``mcp.Client`` against the real server; the operations run in rea
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
+import anyio
+import onnx
 import pytest
 
 from qnn_debug.api import operation
 from qnn_debug.api.fields import ServerSet, marker
-from test_mcp_support import connect
+from qnn_debug.examples import deep_conv_net, single_op_model
+from test_mcp_support import connect, ok
 
 pytestmark = pytest.mark.anyio
 
 # tool -> (operation, extra arguments the face adds)
+LONG = {"background"}
 TOOL_OPERATIONS: dict[str, tuple[str, set[str]]] = {
     "triage_log": ("triage", set()),
     "lookup_op_constraints": ("op_lookup", set()),
+    "toggle_shapeMutable": ("toggle_shape_mutable", set()),
+    "baseline": ("baseline", LONG),
+    "dump_qnn": ("dump", LONG),
+    "compare": ("compare", LONG | {"top"}),
+    "diagnose": ("diagnose", LONG | {"top"}),
+    "bisect": ("bisect", LONG),
+    "localise_blocks": ("localise_blocks", LONG),
+    "list_devices": ("devices", set()),
+    "probe_device": ("probe_device", set()),
+    "run_on_device": ("run", LONG),
+    "check_llm_export": ("llm_check", set()),
+    "compare_llm_text": ("llm_text", LONG),
 }
-LONG_RESULT_FIELDS = {"compare": {"first_failing", "verdict"}}
+JOB_TOOLS = {"job_status", "job_result", "job_cancel"}
+LONG_RESULT_FIELDS = {"compare": {"first_failing", "verdict", "tensors"}, "diagnose": {"compare", "baseline_trusted"},
+                      "baseline": {"out", "report"}}
 
 
 @pytest.fixture
@@ -43,6 +62,7 @@ def resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
 async def test_input_schema_is_the_request_model_and_output_schema_the_result(tmp_path: Path) -> None:
     async with connect(tmp_path, "auto") as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == set(TOOL_OPERATIONS) | JOB_TOOLS
     for name, (op_name, extra) in TOOL_OPERATIONS.items():
         op = operation(op_name)
         fields = {n for n, f in op.request.model_fields.items() if marker(f, ServerSet) is None}
@@ -81,3 +101,53 @@ async def test_server_set_fields_are_not_arguments(tmp_path: Path) -> None:
     for name, (op_name, _) in TOOL_OPERATIONS.items():
         hidden = {n for n, f in operation(op_name).request.model_fields.items() if marker(f, ServerSet) is not None}
         assert not hidden & set(tools[name].input_schema["properties"]), name
+
+
+async def test_unsupported_nodes_reach_the_client_as_their_class_inline_and_from_a_job(tmp_path: Path) -> None:
+    onnx.save(single_op_model("Erf", [1, 8], name="erf_node"), str(tmp_path / "erf.onnx"))
+    async with connect(tmp_path, "auto") as client:
+        inline = await client.call_tool("dump_qnn", {"model": "erf.onnx", "background": False})
+        in_job = await client.call_tool("dump_qnn", {"model": "erf.onnx"})  # a job that finishes while we wait
+    for result in (inline, in_job):
+        text = " ".join(getattr(c, "text", "") for c in result.content)
+        error = (result.structured_content or {}).get("error") or {}
+        assert result.is_error and text.startswith("UnsupportedOnTargetError: "), text
+        assert error["type"] == "UnsupportedOnTargetError" and error["kind"] == "unsupported_nodes"
+        assert error["hint"] and f"Next step: {error['hint'].rstrip('.')}" in text
+        assert "QNN's own words" in text and error["details"]["reasons"]
+    assert "failed (job " in " ".join(getattr(c, "text", "") for c in in_job.content)
+
+
+def engine_processes(marker_path: Path) -> list[int]:
+    """Pids whose environment confines them to ``marker_path`` (the engine children of one test's server)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        roots = [e for e in env if e.startswith(b"QNN_DEBUG_ROOTS=")]
+        if state != "Z" and roots and str(marker_path).encode() in roots[0]:
+            found.append(int(name))
+    return found
+
+
+async def test_a_cancelled_long_call_leaves_no_process_alive(tmp_path: Path) -> None:
+    onnx.save(deep_conv_net(), str(tmp_path / "deep.onnx"))
+    async with connect(tmp_path, "auto") as client:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: client.call_tool("baseline", {"model": "deep.onnx", "background": False}))
+            with anyio.fail_after(60):
+                while not engine_processes(tmp_path):
+                    await anyio.sleep(0.05)
+            await anyio.sleep(1.0)  # let the engine start its own workers too
+            started = engine_processes(tmp_path)
+            tg.cancel_scope.cancel()
+        with anyio.fail_after(20):
+            while engine_processes(tmp_path):
+                await anyio.sleep(0.1)
+        assert started
+        assert ok(await client.call_tool("lookup_op_constraints", {"op": "Conv"}))["query"] == "Conv"

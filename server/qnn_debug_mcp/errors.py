@@ -52,16 +52,6 @@ def details_text(details: dict[str, Any] | None) -> str:
     return f" (details.reasons, QNN's own words: {text})"
 
 
-def from_engine(err: QnnDebugError) -> ToolError:
-    """Map an engine error (bad input, target failure, device failure) onto a ToolError."""
-    default = (
-        "fix the argument named in the message and call the tool again"
-        if isinstance(err, BadInputError)
-        else "read the message above; call triage_log on the run's log if it names an error code"
-    )
-    return tool_error(err.message.rstrip(".") + details_text(err.details), err.hint or default)
-
-
 def engine_text(type_name: str, message: str, hint: str | None, details: dict[str, Any] | None, *,
                 bad_input: bool = False) -> str:
     """``Class: message (QNN's reasons). Next step: hint.``"""
@@ -89,13 +79,3 @@ def engine_error(type_name: str, kind: str, message: str, hint: str | None,
 
     return error_from_dict({"type": type_name, "error": kind, "message": message, "hint": hint,
                             "details": details or {}})
-
-
-def engine_error_from_document(doc: dict[str, Any], exit_code: int) -> QnnDebugError:
-    """Rebuild the engine error a CLI child printed as its ``--json`` document (exit 2 or 3)."""
-    from qnn_debug.errors import TargetError
-
-    cls: type[QnnDebugError] = BadInputError if exit_code == BadInputError.exit_code else TargetError
-    err = cls(str(doc.get("message") or "the engine failed"), hint=doc.get("hint"), details=doc.get("details") or {})
-    err.kind = str(doc.get("error") or cls.kind)
-    return err

@@ -70,6 +70,8 @@ class OpTool:
     """Quick tools: the per-call limit (default --call-timeout)."""
     job_title: Callable[[BaseModel], str] | None = None
     """Long tools: the job's title, e.g. ``baseline of cnn.onnx``."""
+    require: tuple[str, ...] = ()
+    """Fields a client must give although the engine has a default (an edit a model should never make blind)."""
 
 
 def publish(server: MCPServer, spec: OpTool) -> None:
@@ -85,7 +87,8 @@ def publish(server: MCPServer, spec: OpTool) -> None:
         top = kwargs.pop("top", DEFAULT_TOP)
         return await call(ctx, spec, op, roots, kwargs, background=background, top=top)
 
-    params = signature_parameters(op.request, with_roots=with_roots, long=spec.long, top=spec.top)
+    params = signature_parameters(op.request, with_roots=with_roots, long=spec.long, top=spec.top,
+                                  require=spec.require)
     handler.__signature__ = inspect.Signature(params, return_annotation=Annotated[CallToolResult, answer])  # type: ignore[attr-defined]
     handler.__annotations__ = {p.name: p.annotation for p in params} | {"return": Annotated[CallToolResult, answer]}
     handler.__name__ = handler.__qualname__ = spec.name
@@ -93,7 +96,8 @@ def publish(server: MCPServer, spec: OpTool) -> None:
                 description=inspect.cleandoc(spec.description))(handler)
 
 
-def signature_parameters(model: type[BaseModel], *, with_roots: bool, long: bool, top: bool) -> list[inspect.Parameter]:
+def signature_parameters(model: type[BaseModel], *, with_roots: bool, long: bool, top: bool,
+                         require: tuple[str, ...] = ()) -> list[inspect.Parameter]:
     """``ctx``, ``roots`` (when the request names workspace paths), one parameter per client-set field of
     ``model`` (its annotation carries the field's own FieldInfo: type, limits, description), then
     ``background``/``top`` for long tools."""
@@ -108,7 +112,8 @@ def signature_parameters(model: type[BaseModel], *, with_roots: bool, long: bool
             raise ValueError(f"request field {name!r} of {model.__name__} collides with a tool parameter")
         info = copy.copy(field)
         info.default, info.default_factory = PydanticUndefined, None
-        default = inspect.Parameter.empty if field.is_required() else field.get_default(call_default_factory=True)
+        required = field.is_required() or name in require
+        default = inspect.Parameter.empty if required else field.get_default(call_default_factory=True)
         params.append(inspect.Parameter(name, kw, default=default, annotation=Annotated[field.annotation, info]))
     if long:
         params.append(inspect.Parameter("background", kw, default=None, annotation=Background))

@@ -1,11 +1,11 @@
-"""Helpers every tool uses: reach the app state, confine paths, call the engine, shape the answer."""
+"""Helpers every tool uses: reach the app state and the caller, the workspace, output folders, the answer."""
 
 from __future__ import annotations
 
 import inspect
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -15,11 +15,7 @@ from mcp.server.mcpserver import Context, ListRoots
 from mcp.types import CallToolResult, ListRootsRequest, ListRootsResult, TextContent, ToolAnnotations
 from pydantic import BaseModel
 
-from qnn_debug.errors import QnnDebugError
-
-from .child_call import call_in_child
-from .cli_child import run_engine
-from .errors import from_engine, tool_error
+from .errors import tool_error
 from .outputs import new_run_dir
 from .progress import ProgressRelay
 from .state import AppState
@@ -110,14 +106,6 @@ def exec_workspace(ctx: Context) -> Workspace | None:
     return None if cfg.http else Workspace(cfg.roots)
 
 
-def confined(ctx: Context, command: list[str]) -> list[str]:
-    """``command`` with ``--root`` for the operator's folders unless the tool already narrowed it: no engine
-    command of this server ever runs unconfined."""
-    if "--root" in command:
-        return command
-    return [*command, *engine_roots(ctx, Workspace(app_state(ctx).config.roots))]
-
-
 def child_roots(ctx: Context, ws: Workspace) -> list[Path]:
     """The folders an engine child is confined to: the call's workspace plus the operator's exec folders
     (the engine re-checks every file it opens against them)."""
@@ -128,18 +116,6 @@ def child_roots(ctx: Context, ws: Workspace) -> list[Path]:
     return roots
 
 
-def engine_roots(ctx: Context, ws: Workspace) -> list[str]:
-    """``--root`` arguments for an engine command: the engine re-checks every file it opens against them."""
-    roots = list(ws.roots)
-    exec_ws = exec_workspace(ctx)
-    if exec_ws is not None:
-        roots += [r for r in exec_ws.roots if not ws.contains(r)]
-    out: list[str] = []
-    for root in roots:
-        out += ["--root", str(root)]
-    return out
-
-
 def new_output(ctx: Context, ws: Workspace, raw: str | None, *, group: str, leaf: str, what: str = "out") -> Path:
     """A fresh, confined run directory for this call (never one another call was given)."""
     return new_run_dir(ws, raw, claimed=app_state(ctx).claimed_outputs, group=group, leaf=leaf, what=what)
@@ -147,29 +123,6 @@ def new_output(ctx: Context, ws: Workspace, raw: str | None, *, group: str, leaf
 
 def relay(ctx: Context) -> ProgressRelay:
     return ProgressRelay(ctx.report_progress)
-
-
-async def quick(ctx: Context, fn: Callable[..., T], *args: Any, limit_s: float, what: str,
-                roots: Sequence[Path] | None = None, **kwargs: Any) -> T:
-    """Run a quick engine function in a killable child process (see :mod:`.child_call`), confined to
-    ``roots`` (default: the operator's ``--root`` folders) and bounded by ``limit_s``: on timeout or
-    cancel the child and everything it started are killed before this returns, never left running."""
-    cfg = app_state(ctx).config
-    try:
-        return await call_in_child(fn, *args, limit_s=limit_s, what=what, roots=list(roots or cfg.roots),
-                                   python=cfg.python, **kwargs)
-    except QnnDebugError as e:
-        raise from_engine(e) from None
-
-
-async def engine(ctx: Context, command: list[str], *, timeout: float | None = None) -> dict[str, Any]:
-    """Run one engine CLI command for this call, forwarding progress; errors become ToolErrors."""
-    config = app_state(ctx).config
-    try:
-        return await run_engine(config.python, confined(ctx, command), on_progress=relay(ctx),
-                                timeout=timeout or config.long_timeout_s, stall_s=config.stall_timeout_s)
-    except QnnDebugError as e:
-        raise from_engine(e) from None
 
 
 def respond(model: BaseModel, summary: str) -> CallToolResult:

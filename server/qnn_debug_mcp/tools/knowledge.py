@@ -6,37 +6,22 @@ Each runs its engine operation in a short-lived child process that the per-call 
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from mcp.server import MCPServer
-from mcp.server.mcpserver import Context
-from mcp.types import CallToolResult, ToolAnnotations
+from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
+from qnn_debug.mnn.models import ToggleResult
 from qnn_debug.ops.models import OpConstraints
 from qnn_debug.triage.models import TriageResult
 
-from .. import quick_tasks
-from ..args import ClientRoots, PathArg
 from ..config import ServerConfig
 from ..playbooks import playbook_uri
 from ..publish import OpTool, publish
-from ..tool_context import app_state, quick, respond, tool, workspace
 from ..workspace import Workspace
 
 READ_ONLY_LOCAL = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 EDITS_TESTDIR = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 CASES_FILE = "qnn-debug-cases.jsonl"  # the engine's default name (qnn_debug.triage.cases.DEFAULT_NAME)
-
-
-class ShapeMutableChange(BaseModel):
-    """What toggle_shapeMutable did to the test dir's input.json."""
-
-    file: str
-    old: bool | None = Field(description="previous value; null = key absent (ModuleBasic's default, true)")
-    new: bool
-    changed: bool
-    backup: str | None = Field(None, description="copy of the previous input.json, when it changed")
 
 
 class TriageAnswer(TriageResult):
@@ -60,6 +45,20 @@ MNN issues and workarounds — each fact with its source. Call it for the first 
 from compare/diagnose or the op named in a 3110/0xc26 error. With probe=true (and the
 failing `shapes`/`attrs`) it also tries the op alone on the HTP simulator and reports
 whether QNN accepts it."""
+
+
+TOGGLE = """Set `shapeMutable` in a ModuleBasic test directory's input.json. With the default
+(true) MNN's QNN online backend can bake an input into the graph as a constant ("Tensor
+usage is 1.", sometimes error code 6000), so outputs stop depending on the input (compare
+verdict input_not_copied); false fixes that. The file is rewritten atomically and the
+previous version kept as input.json.bak; setting the value it already has changes
+nothing. Then re-run with run_on_device (testdir=...)."""
+
+
+def summarize_toggle(answer: ToggleResult) -> str:
+    old = "absent (default true)" if answer.old is None else str(answer.old).lower()
+    return (f"shapeMutable {old} -> {str(answer.new).lower()} in {answer.file}" if answer.changed
+            else f"shapeMutable already {str(answer.new).lower()} in {answer.file}; nothing changed")
 
 
 def triage_answer(result: BaseModel) -> TriageAnswer:
@@ -105,29 +104,5 @@ def register(server: MCPServer) -> None:
                            prepare=workspace_cases))
     publish(server, OpTool("op_lookup", "lookup_op_constraints", "QNN/HTP constraints of an op", READ_ONLY_LOCAL,
                            LOOKUP, summarize=summarize_lookup, limit=lookup_limit))
-    register_toggle(server)
-
-
-def register_toggle(server: MCPServer) -> None:
-    @tool(server, title="Set shapeMutable in an MNN test dir", annotations=EDITS_TESTDIR)
-    async def toggle_shapeMutable(
-        test_dir: PathArg,
-        value: Annotated[bool, Field(description="false for QNN online runs; true is ModuleBasic's default")],
-        ctx: Context,
-        roots: ClientRoots,
-    ) -> Annotated[CallToolResult, ShapeMutableChange]:
-        """Set `shapeMutable` in a ModuleBasic test directory's input.json. With the default
-        (true) MNN's QNN online backend can bake an input into the graph as a constant ("Tensor
-        usage is 1.", sometimes error code 6000), so outputs stop depending on the input (compare
-        verdict input_not_copied); false fixes that. The file is rewritten atomically and the
-        previous version kept as input.json.bak; setting the value it already has changes
-        nothing. Then re-run with run_on_device (testdir=...)."""
-        ws = workspace(ctx, roots)
-        folder = ws.resolve(test_dir, what="test_dir", kind="dir")
-        done = await quick(ctx, quick_tasks.toggle, str(folder), value, roots=ws.roots, limit_s=app_state(ctx).config.quick_timeout_s,
-                           what="toggle_shapeMutable")
-        answer = ShapeMutableChange.model_validate(done)
-        old = "absent (default true)" if answer.old is None else str(answer.old).lower()
-        text = (f"shapeMutable {old} -> {str(answer.new).lower()} in {answer.file}" if answer.changed
-                else f"shapeMutable already {str(answer.new).lower()} in {answer.file}; nothing changed")
-        return respond(answer, text)
+    publish(server, OpTool("toggle_shape_mutable", "toggle_shapeMutable", "Set shapeMutable in an MNN test dir",
+                           EDITS_TESTDIR, TOGGLE, summarize=summarize_toggle, require=("value",)))
