@@ -151,3 +151,15 @@ async def test_a_cancelled_long_call_leaves_no_process_alive(tmp_path: Path) -> 
                 await anyio.sleep(0.1)
         assert started
         assert ok(await client.call_tool("lookup_op_constraints", {"op": "Conv"}))["query"] == "Conv"
+
+
+async def test_a_path_the_server_refuses_is_bad_input_like_the_engines(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (tmp_path / "outside.log").write_text("graph finalize failed 1002\n")
+    async with connect(root, "auto") as client:
+        result = await client.call_tool("triage_log", {"log_path": str(tmp_path / "outside.log")})
+    text = " ".join(getattr(c, "text", "") for c in result.content)
+    assert result.is_error and text.startswith("BadInputError: log_path "), text
+    assert "outside the workspace" in text and "Next step: " in text
+    assert (result.structured_content or {})["error"]["kind"] == "bad_input"

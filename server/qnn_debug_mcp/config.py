@@ -26,7 +26,7 @@ class ServerConfig(BaseModel):
         "qnn_sdk, qnn_lib_dir) must come from; empty = the --root folders (stdio) or none at all (HTTP).",
     )
     http: bool = Field(default=False, description="Serving streamable HTTP (several clients may connect).")
-    python: str = Field(default=sys.executable, description="Interpreter that runs the engine CLI (`-m qnn_debug`).")
+    python: str = Field(default=sys.executable, description="Interpreter that runs the engine workers.")
     adb: str | None = Field(default=None, description="adb executable passed to the engine; None = engine default.")
     background_wait_s: float = Field(
         default=20.0,
@@ -40,5 +40,5 @@ class ServerConfig(BaseModel):
                                    "prints nothing for this long is blocked on I/O and is stopped, well before "
                                    "long_timeout_s.")
     device_timeout_s: float = Field(default=30.0, gt=0, description="Limit for one adb query (list/probe).")
-    long_timeout_s: float = Field(default=3600.0, gt=0, description="Limit for one engine CLI run.")
+    long_timeout_s: float = Field(default=3600.0, gt=0, description="Limit for one long engine run (a child process).")
     max_running_jobs: int = Field(default=2, ge=1, description="Jobs beyond this wait in state 'queued'.")

@@ -1,10 +1,12 @@
-"""Turn every failure the model should read into an error answer that says what to do next.
+r"""Turn every failure the model should read into an error answer that says what to do next.
 
 The engine's :class:`~qnn_debug.errors.QnnDebugError` arrives from the worker with its class, message,
 hint and details (:func:`qnn_debug.errors.error_from_dict`); :func:`error_result` answers with text
 that starts with the class name (``UnsupportedOnTargetError: ... Next step: ...``) and the same
 fields as structured content. The server's own refusals (a path outside the workspace) are
-``ToolError`` errors from :func:`tool_error`. This module is the one place that formats both.
+:class:`Refusal`\ s from :func:`tool_error`: a ``ToolError`` that also keeps its message and next step, so a
+tool that publishes an operation answers them like the engine's bad input (``BadInputError: ...``).
+This module is the one place that formats both.
 """
 
 from __future__ import annotations
@@ -17,10 +19,21 @@ from mcp.types import CallToolResult, TextContent
 from qnn_debug.errors import BadInputError, QnnDebugError
 
 
-def tool_error(message: str, next_step: str | None = None) -> ToolError:
+class Refusal(ToolError):
+    """The server refused an argument (before any engine work): its text ends with the next step."""
+
+    def __init__(self, message: str, next_step: str | None = None):
+        text = message.rstrip(".")
+        super().__init__(f"{text}. Next step: {next_step.rstrip('.')}." if next_step else f"{text}.")
+        self.message, self.next_step = message, next_step
+
+    def as_bad_input(self) -> BadInputError:
+        return BadInputError(self.message, hint=self.next_step)
+
+
+def tool_error(message: str, next_step: str | None = None) -> Refusal:
     """A ToolError whose text ends with the next step, e.g. ``... Next step: pass a .onnx file.``"""
-    text = message.rstrip(".")
-    return ToolError(f"{text}. Next step: {next_step.rstrip('.')}." if next_step else f"{text}.")
+    return Refusal(message, next_step)
 
 
 MAX_DETAIL_ITEMS = 20

@@ -31,7 +31,7 @@ from qnn_debug.errors import QnnDebugError
 from .args import Background, ClientRoots
 from .config import ServerConfig
 from .engine_child import Limits, run_operation
-from .errors import error_result
+from .errors import Refusal, error_result
 from .long_runs import Summarize, run_long
 from .models import LongToolAnswer
 from .request_paths import confine, needs_workspace, server_values
@@ -128,14 +128,16 @@ async def call(ctx: Context, spec: OpTool, op: Operation, roots: Any, arguments:
     from .tool_context import workspace
 
     cfg = app_state(ctx).config
-    ws = workspace(ctx, roots) if needs_workspace(op.request) else Workspace(cfg.roots)
     try:
+        ws = workspace(ctx, roots) if needs_workspace(op.request) else Workspace(cfg.roots)
         request = parse_request(op, {**arguments, **server_values(cfg, op.request)})
         request = confine(ctx, ws, request)
         if spec.prepare is not None:
             request = spec.prepare(request, ws)
     except QnnDebugError as e:
         return error_result(e)
+    except Refusal as e:  # a path outside the workspace, a taken output folder: bad input like the engine's
+        return error_result(e.as_bad_input())
     confined_to = child_roots(ctx, ws)
     if not spec.long:
         limit = spec.limit(cfg, request) if spec.limit else cfg.quick_timeout_s

@@ -24,18 +24,17 @@ from .errors import tool_error
 from .tool_context import exec_workspace, new_output
 from .workspace import Workspace
 
+CONFIG_SOURCES = {"adb": "adb", "device_timeout": "device_timeout_s"}
+"""``ServerSet(source)`` names -> the :class:`ServerConfig` setting that fills them (others keep their default)."""
+
 
 def server_values(config: ServerConfig, model: type[BaseModel]) -> dict[str, Any]:
     """Values of ``model``'s server-set fields from the operator's configuration (unset ones keep their default)."""
     out: dict[str, Any] = {}
     for name, field in model.model_fields.items():
         mark = marker(field, ServerSet)
-        if mark is None:
-            continue
-        source = mark.source or name
-        value = getattr(config, source, None)
-        if value is None:
-            value = getattr(config, f"{source}_s", None)  # time limits are kept in seconds, e.g. device_timeout_s
+        setting = CONFIG_SOURCES.get(mark.source or name) if mark is not None else None
+        value = getattr(config, setting) if setting else None
         if value is not None:
             out[name] = value
     return out
