@@ -27,7 +27,6 @@ import os
 import resource
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -121,9 +120,12 @@ def child_compare(root: Path) -> dict[str, float | str]:
 
 
 def run_child(mode: str, root: Path) -> dict[str, float | str]:
-    out = subprocess.run([sys.executable, __file__, "--child", mode, str(root)], capture_output=True, text=True,
-                         check=True)
-    result: dict[str, float | str] = json.loads(out.stdout.strip().splitlines()[-1])
+    from qnn_debug import process
+
+    done = process.run([sys.executable, __file__, "--child", mode, str(root)], timeout=3600)
+    if done.returncode != 0:
+        raise SystemExit(f"bench child {mode} failed with {done.status()}: {done.stderr[-2000:]}")
+    result: dict[str, float | str] = json.loads(done.text.strip().splitlines()[-1])
     return result
 
 
