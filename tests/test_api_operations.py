@@ -137,3 +137,51 @@ def test_quick_operations_round_trip() -> None:
     for name in ("triage", "op_lookup"):
         payload = {k: v for k, v in EXAMPLES[name].items() if k not in ("attrs", "shapes")}
         _round_trip(execute(name, payload))
+
+
+# --- one declaration serves both faces: the CLI is the request model's flags, and answers what execute does ---
+
+CLI = Path(sys.executable).parent / "qnn-debug"
+
+
+def _cli_json(*args: str | Path, cwd: Path | None = None) -> dict[str, Any]:
+    proc = subprocess.run([str(CLI), *map(str, args), "--json"], capture_output=True, text=True, timeout=600, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def test_cli_and_execute_give_the_same_document(small: Path, tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text("QnnDsp <E> Failed to finalize graph (id: 1) with err 1002\nTensor usage is 1.\n")
+    by_cli, by_api = _cli_json("triage", log, cwd=tmp_path), execute("triage", {"log_path": str(log)}).model_dump(mode="json")
+    by_cli["stats"].pop("seconds"), by_api["stats"].pop("seconds")  # how long the scan took
+    assert by_cli == by_api and by_cli["category"] == "finalize_failed_1002", by_cli["category"]
+    assert _cli_json("op", "Convolution") == execute("op_lookup", {"op": "Convolution"}).model_dump(mode="json")
+    base = small.parent / "base"
+    if not base.exists():
+        execute("baseline", {"model": str(small), "out": str(base), "mnn_gate": False})
+    run = small.parent / "htp2"
+    cli_dump = _cli_json("dump", small, "--inputs", base / "inputs.npz", "--out", run, "--soc", "57")
+    assert cli_dump["soc_model"] == 57 and cli_dump["out"] == str(run.resolve())
+    by_cli = _cli_json("compare", base, run, "--no-local")
+    by_api = execute("compare", {"reference": str(base), "target": str(run), "local_checks": False}).model_dump(mode="json")
+    by_cli.pop("elapsed_s"), by_api.pop("elapsed_s")
+    assert by_cli == by_api
+
+
+@pytest.mark.parametrize("name", ["dump", "compare", "bisect", "run", "llm-text", "op", "probe", "testdir"])
+def test_help_texts_are_the_field_descriptions(name: str) -> None:
+    from qnn_debug.cli import builder
+
+    commands = {"dump": "dump", "compare": "compare", "bisect": "bisect", "run": "run", "llm-text": "llm_text",
+                "op": "op_lookup", "probe": "probe_device", "testdir": "testdir"}
+    proc = subprocess.run([str(CLI), name, "--help"], capture_output=True, text=True, timeout=120,
+                          env={"COLUMNS": "400", "PATH": "/usr/bin:/bin", "TERM": "dumb"})
+    assert proc.returncode == 0, proc.stderr
+    shown = " ".join(proc.stdout.replace("│", " ").split())
+    fields = builder.cli_fields(operation(commands[name]).request)
+    assert fields
+    for f in fields:
+        assert " ".join((f.field.description or "").split()) in shown, (name, f.name)
+        assert (f.cli.flag or "").split("/")[0] in shown or f.cli.positional, (name, f.name)

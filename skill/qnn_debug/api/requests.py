@@ -22,9 +22,12 @@ MAX_LOG_CHARS = 2_000_000
 
 
 class Request(BaseModel):
-    """Base of every request: unknown fields are refused (a misspelt option must not be ignored)."""
+    """Base of every request: unknown fields are refused (a misspelt option must not be ignored).
 
-    model_config = ConfigDict(extra="forbid")
+    Validators are built on first use (``defer_build``): a command line runs one operation, so loading
+    every request model stays cheap."""
+
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     def default_out(self) -> tuple[str, str] | None:
         """Where this request's output goes when ``out`` is not given: ``(group, leaf)``, i.e. the CLI's
