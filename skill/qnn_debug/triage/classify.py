@@ -176,19 +176,26 @@ def _scan_chunks(scan: _Scan, chunks: Iterator[bytes]) -> None:
     context_literals = {lit for s in sigs for lit in s.requires_any}
     anchors = {a: a.encode("utf-8") for s in sigs for a in s.anchors}
     anchors.update({a: a.encode("utf-8") for n in scan.db.noise for a in n.anchors})
+    # Each absent anchor costs a full scan of the chunk, so anchors that are not ASCII (Chinese words) are only
+    # looked for in chunks that are not pure ASCII: they cannot occur in one.
+    narrow = {a: b for a, b in anchors.items() if b.isascii()}
+    wide = {a: b for a, b in anchors.items() if not b.isascii()}
     for raw in _lines_aligned(chunks):
         scan.bytes += len(raw)
+        ascii_only = raw.isascii()
         # Anchor presence is tested once per chunk on the raw bytes (memchr speed), shared by all signatures.
-        present = {a for a, b in anchors.items() if b in raw}
+        present = {a for a, b in narrow.items() if b in raw}
+        if not ascii_only:
+            present.update(a for a, b in wide.items() if b in raw)
         text, bad = _clean(raw)
         scan.bad_bytes += bad
         base = scan.lines
         _remember_tail(scan, text, base)
         text = _blank_noise(scan, text, base, present)
         for lit in context_literals - scan.context_seen:
-            if lit.encode("utf-8") in raw:
-                scan.context_seen.add(lit)
-        ascii_only = raw.isascii()
+            if (ascii_only and not lit.isascii()) or lit.encode("utf-8") not in raw:
+                continue
+            scan.context_seen.add(lit)
         for sig in sigs:
             if sig.needs_non_ascii:
                 if ascii_only or (sig.prefilter and not sig.prefilter_regex.search(text)):
