@@ -13,10 +13,10 @@ from qnn_debug.triage import triage_log
 from qnn_debug.triage.signatures import CATEGORIES
 from triage_accuracy import CORPUS, HELDOUT, evaluate, top1
 
-# Regression floor only, set AFTER the single measurement of the current (round-3) held-out set and never above it.
-# Until that measurement it stays 0 (the set was committed before any tuning of the round). The goal (90%) is
+# Regression floor only, set AFTER the single measurement of the round-3 held-out set (10/29 = 34.5%; 9/29 with the
+# signatures before that round): two more misses fail the test. Never above the measurement. The goal (90%) is
 # reported by triage_accuracy.py, not asserted.
-HELDOUT_FLOOR = 0.0
+HELDOUT_FLOOR = 0.27
 
 
 def test_corpus_is_real_and_large_enough() -> None:
