@@ -113,6 +113,48 @@ def align(reference: Run, other: Run, *, ignore: Callable[[str], bool] | None = 
     return Alignment(pairs, [*by_position, *leftovers])
 
 
+@dataclass
+class Aligned:
+    """The align stage's output: the target's pairs (and what could not be paired), and the floor's pairs."""
+
+    pairs: list[Pair]  # in reference execution order
+    unaligned: list[UnalignedRow]
+    floor_pairs: dict[str, Pair]  # reference tensor -> its pair in the fp16 floor run
+
+
+def align_runs(reference: Run, target: Run, floor: Run | None = None, *,
+               producers: Mapping[str, NodeInfo] | None = None) -> Aligned:
+    """Pair the target (and the floor) with the reference; refuse runs that share no tensor or ran on other
+    inputs (unless the inputs themselves are in the target, where the metrics stage judges them)."""
+    from ..onnx_graph import is_floor_helper
+
+    alignment = align(reference, target, producers=producers)
+    if not alignment.pairs:
+        raise BadInputError(
+            f"none of the {len(reference.tensors)} reference tensors is in the target ({len(target.tensors)} tensors)",
+            hint="is the target a run of the same model? Tensors are matched by their model names",
+            details={"reference_names": reference.names()[:10], "target_names": target.names()[:10]},
+        )
+    floor_pairs: dict[str, Pair] = {}
+    if floor is not None:
+        floor_pairs = {p.name: p for p in align(reference, floor, ignore=is_floor_helper).pairs}
+    _check_input_hashes(reference, target, alignment.pairs)
+    return Aligned(alignment.pairs, alignment.unaligned, floor_pairs)
+
+
+def _check_input_hashes(ref: Run, target: Run, pairs: list[Pair]) -> None:
+    """Runs on different inputs cannot be compared; say so unless the inputs themselves are in the target."""
+    a, b = ref.record.inputs, target.record.inputs
+    if a is None or b is None or not a.sha256 or not b.sha256 or a.sha256 == b.sha256:
+        return
+    if any(p.ref.kind == "input" and p.alias is None for p in pairs):
+        return  # the input tensors are compared directly (see input_checks.check_inputs)
+    raise BadInputError(
+        f"the target ran on different inputs than the reference (input sha256 {b.sha256[:12]} vs {a.sha256[:12]})",
+        hint="re-run the target with the baseline's inputs.npz (--inputs BASELINE_DIR/inputs.npz)",
+    )
+
+
 def _direct(rec: TensorRecord, orec: TensorRecord, side: str) -> Pair | UnalignedRow:
     """The tensor of the same name, if its shape fits."""
     layout = match_layout(rec.shape, orec.shape)

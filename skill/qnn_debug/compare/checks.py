@@ -1,19 +1,78 @@
-"""Check one suspect: cut it out, re-run it on the target's inputs, and test alternative semantics."""
+"""The local re-run stage: cut each suspect out, re-run it on the target's own inputs, stop at the first wrong one.
+
+Small local error means the op did its job on what it was given (the damage came from upstream or is
+precision); large local error means the op itself computed something else. The first op found wrong is
+handed to the patterns stage with what it needs to test alternative semantics (:class:`Confirmed`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..progress import NULL_PROGRESS, Progress
 from ..runstore import QuantParams, Run
 from .align import load_in_reference_layout, match_layout
 from .local_error import Fetch, LocalRunError, ModelIndex, measure, prepare
-from .localize import Suspect
-from .patterns import PatternContext, run_tests
-from .schema import LocalError
+from .localize import OpNode, Suspect
+from .patterns import PatternContext, Trial
+from .schema import LocalError, TensorRow
 from .thresholds import Thresholds
-from .verdict import Finding
+
+if TYPE_CHECKING:
+    from .localize import Located
+
+
+@dataclass
+class Finding:
+    """A suspect after its local re-run (and, once confirmed wrong, the patterns stage's answer)."""
+
+    suspect: Suspect
+    local: LocalError | None
+    best: Trial | None = None
+    trials: list[Trial] = field(default_factory=list)
+    reads_graph_input: bool = False
+    pinned: OpNode | None = None  # an op inside the re-run segment that the matching pattern edited
+
+
+@dataclass
+class Confirmed:
+    """The first suspect whose local re-run is wrong, with its re-run and target output for the pattern tests."""
+
+    finding: Finding
+    context: PatternContext | None  # None when the re-run's output cannot be laid over the target's
+
+
+@dataclass
+class Rerun:
+    """The local re-run stage's output: every suspect checked (in order), and the confirmed one if any."""
+
+    findings: list[Finding]
+    confirmed: Confirmed | None = None
+
+
+def rerun_suspects(located: Located, reference: Run, target: Run, rows: Mapping[str, TensorRow], *,
+                   quantized: bool, th: Thresholds, progress: Progress = NULL_PROGRESS) -> Rerun:
+    """Re-run the suspects in execution order (at most ``th.max_local_checks``) until one is wrong."""
+    suspects, index = located.suspects, located.index
+    if not suspects or index is None:
+        return Rerun([Finding(s, None) for s in suspects])
+    observed_as = {n: r.name for n, r in rows.items()}
+    out = Rerun([])
+    with progress.stage("compare: local error", total=min(len(suspects), th.max_local_checks),
+                        message="compare: re-running suspect ops on CPU") as advance:
+        for suspect in suspects[: th.max_local_checks]:
+            finding, context = check_suspect(index, suspect, reference, target, quantized=quantized, th=th,
+                                             observed_as=observed_as)
+            out.findings.append(finding)
+            advance()
+            if finding.local is not None and finding.local.ok is False:
+                out.confirmed = Confirmed(finding, context)
+                break
+    return out
 
 
 def fetcher(reference: Run, target: Run, observed_as: Mapping[str, str] | None = None) -> Fetch:
@@ -45,27 +104,25 @@ def quant_step(quant: QuantParams | None) -> float | None:
 
 
 def check_suspect(index: ModelIndex, suspect: Suspect, reference: Run, target: Run, *,
-                  quantized: bool, th: Thresholds, patterns: bool = True,
-                  observed_as: Mapping[str, str] | None = None) -> Finding:
-    """Local error of the suspect (and, when it is wrong, the pattern that reproduces the target)."""
+                  quantized: bool, th: Thresholds,
+                  observed_as: Mapping[str, str] | None = None) -> tuple[Finding, PatternContext | None]:
+    """Local error of the suspect, and (when it is wrong) what the pattern tests need."""
     names = [n.name for n in suspect.segment] + [suspect.op.name]
     try:
         run = prepare(index, names, fetcher(reference, target, observed_as))
     except LocalRunError as e:
-        return Finding(suspect, LocalError(note=str(e), segment=names))
+        return Finding(suspect, LocalError(note=str(e), segment=names)), None
     rec = target.info((observed_as or {}).get(suspect.tensor, suspect.tensor))
     target_out = load_in_reference_layout(target, rec, reference.info(suspect.tensor).shape).astype(np.float32)
     try:
         le = measure(run, suspect.tensor, target_out, op_type=suspect.op.op_type, quant_scale=quant_step(rec.quant),
                      th=th)
     except LocalRunError as e:
-        return Finding(suspect, LocalError(note=str(e), segment=names))
+        return Finding(suspect, LocalError(note=str(e), segment=names)), None
     finding = Finding(suspect, le, reads_graph_input=any(b in index.graph_inputs for b in run.segment.boundary))
-    if le.ok is False and patterns and suspect.tensor in run.outputs:
+    context = None
+    if le.ok is False and suspect.tensor in run.outputs:
         local = run.outputs[suspect.tensor]
         if local.size == target_out.size:
-            ctx = PatternContext(run, suspect.tensor, target_out.reshape(local.shape), le.sqnr_db, quantized, th)
-            finding.best, finding.trials = run_tests(ctx)
-            node = finding.best.details.get("node") if finding.best is not None else None
-            finding.pinned = next((op for op in suspect.segment if op.name == node), None)
-    return finding
+            context = PatternContext(run, suspect.tensor, target_out.reshape(local.shape), le.sqnr_db, quantized, th)
+    return finding, context

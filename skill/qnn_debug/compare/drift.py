@@ -41,10 +41,3 @@ def find_drift(rows: list[TensorRow], th: Thresholds) -> dict[str, Any] | None:
                     "drift_db": round(rise, 1), "positions": [low.position, row.position],
                     "largest_single_jump_db": round(steepest, 1)}
     return best
-
-
-def drift_words(d: dict[str, Any]) -> str:
-    a, b = d["from"], d["to"]
-    return (f" Precision note: the error drifts {d['drift_db']} dB further below the floor between positions "
-            f"{a['position']} ({a['op'] or a['tensor']}) and {b['position']} ({b['op'] or b['tensor']}) without one op "
-            f"jumping — accumulated fp16 rounding over that stretch, not a wrong op.")

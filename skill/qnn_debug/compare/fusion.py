@@ -39,14 +39,3 @@ def name_target_op(first: FirstFailing, target: Run, ops: list[OpNode], seen: It
     first.model_op, first.model_op_type = first.op, first.op_type
     first.op, first.op_type = rec.op, rec.op_type
     return first
-
-
-def fused_words(first: FirstFailing) -> str:
-    """One sentence for the verdict: which target op ran and what it fused."""
-    f = first.fused
-    if f is None:
-        return ""
-    where = f", {f.target_tensor}" if f.target_tensor else ""
-    covers = ", ".join(f.model_nodes) if f.model_nodes else "the model's nodes"
-    return (f" The target ran this as one op, {f.op} ({f.op_type}{where}), fusing the model nodes {covers}; "
-            f"look up {f.op_type}.")

@@ -14,9 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from .schema import MetricValues, TensorStatus
+from .schema import MetricValues, TensorRow, TensorStatus
 from .thresholds import Thresholds
+
+if TYPE_CHECKING:
+    from ..runstore import Run
+    from .local_error import ModelIndex
 
 TINY_ABS = 1e-7  # errors below this are noise whatever the relative numbers say (all-zero references)
 
@@ -143,3 +148,56 @@ def ops_without_graph(order: list[tuple[str, str | None, str | None, int]]) -> l
         ops.append(OpNode(position, op or name, op_type or "?", previous, (name,)))
         previous = (*previous, name)[-64:]
     return ops
+
+
+@dataclass
+class Located:
+    """The localise stage's output: the graph, the suspects in execution order, and whether they can be re-run."""
+
+    ops: list[OpNode]  # in execution order (from the ONNX model, else one op per reference tensor)
+    suspects: list[Suspect]
+    index: ModelIndex | None  # for local re-runs; None when there is no model or re-runs are off
+    local_note: str | None  # why there is no index
+    non_float: set[str] = field(default_factory=set)  # integer tensors (shape arithmetic): never suspects
+    consumers: dict[str, OpNode] = field(default_factory=dict)  # tensor -> the first op reading it
+
+    def graph_tensors(self, rows: Iterable[str]) -> set[str]:
+        """Tensors the target exposes or the graph is fed: where a fused target op's coverage stops."""
+        produced = {o for op in self.ops for o in op.outputs}
+        return set(rows) | {i for op in self.ops for i in op.inputs if i not in produced}
+
+
+def localise(model: Any, reference: Run, rows: dict[str, TensorRow], th: Thresholds, *, local_checks: bool = True,
+             model_note: str | None = None) -> Located:
+    """Suspects where the excess over the floor jumps; each row's ``jump_db`` is filled in on the way."""
+    ops, non_float, index, note = _graph(model, reference, local_checks, model_note)
+    excess = {n: r.excess_db for n, r in rows.items()}
+    for name in non_float:
+        excess.pop(name, None)
+    suspects, jumps = find_suspects(ops, excess, th, exact=non_float)
+    for name, jump in jumps.items():
+        if name in rows:
+            rows[name].jump_db = round(jump, 2)
+    consumers: dict[str, OpNode] = {}
+    for op in ops:
+        for name in op.inputs:
+            consumers.setdefault(name, op)
+    return Located(ops=ops, suspects=suspects, index=index, local_note=note, non_float=non_float,
+                   consumers=consumers)
+
+
+def _graph(model: Any, reference: Run, local_checks: bool,
+           model_note: str | None) -> tuple[list[OpNode], set[str], ModelIndex | None, str | None]:
+    """Ops in execution order, non-float tensor names, a ModelIndex for re-runs, and why none."""
+    if model is None:
+        order = [(t.name, t.op, t.op_type, t.position) for t in reference.iter_in_order()]
+        return ops_without_graph(order), set(), None, model_note or "no ONNX model"
+    from ..onnx_graph import initializer_names, nodes_in_order
+    from .local_error import ModelIndex
+
+    index = ModelIndex.build(model)
+    inits = initializer_names(index.model)
+    ops = [OpNode(n.position, n.name, n.op_type, tuple(i for i in n.inputs if i and i not in inits), n.outputs)
+           for n in nodes_in_order(index.model)]
+    non_float = {name for name in index.elem_types if not index.is_float(name)}
+    return ops, non_float, index if local_checks else None, None if local_checks else "local checks switched off"

@@ -1,11 +1,17 @@
-"""What to do after a verdict: structured steps (MCP tool, runnable ``qnn-debug`` line, why) and the playbooks.
+"""The wording stage: a :class:`~.verdict.Decision` and the findings it rests on become the verdict's summary
+sentence, and a finished result becomes its next steps.
 
-A verdict without a next step leaves the user stuck exactly when the answer is "precision, no single op"
-(PP-OCR rec on the simulator: ~18 dB below the floor, no op to blame). The steps are derived from the
-comparison alone — its paths, verdict, op types and observer effect — so the CLI, the MCP tools, the
-report and the engine API all show the same ones (``CompareResult.next_steps``). Every step carries a
-command: advice that has none of its own (edit the model, re-calibrate) rides on the command that
-carries it out or checks it, and a value only the user knows is a quoted variable its ``why`` explains.
+Every sentence of a comparison is built here, from numbers the earlier stages measured; nothing here decides.
+The summary states the verdict with its numbers (SQNR against the reference and the floor, local error,
+ranges, encodings) and what they mean.
+
+Next steps are structured (:class:`~qnn_debug.next_step.NextStep`: MCP tool, runnable ``qnn-debug`` line,
+why) and derived from the comparison alone — its paths, verdict, op types and observer effect — so the CLI,
+the MCP tools, the report and the engine API all show the same ones (``CompareResult.next_steps``). Every
+step carries a command: advice that has none of its own (edit the model, re-calibrate) rides on the
+command that carries it out or checks it, and a value only the user knows is a quoted variable its ``why``
+explains. A verdict without a next step leaves the user stuck exactly when the answer is "precision, no
+single op" (PP-OCR rec on the simulator: ~18 dB below the floor, no op to blame).
 
 Why these steps (measured on the HTP simulator): marking every tensor blocks ORT's graph fusions, and
 fusions change HTP numerics as a whole-graph effect — PP-OCR rec's output went from 30.8 dB (unmarked)
@@ -23,9 +29,250 @@ from ..mnn.soc import DEFAULT_SOC
 from ..next_step import Arg, NextStep, Var, step
 from ..runstore import INPUTS_FILE, REFERENCE_DIR
 from . import fmt
+from .local_error import local_limit_db
+from .patterns import Trial
+from .schema import FirstFailing, TensorRow, Verdict
+from .thresholds import Thresholds
+from .verdict import (
+    Decision,
+    Findings,
+    checked,
+    claims_absence,
+    floor_fails,
+    poor_floor_outputs,
+    ref_name,
+    unresolved,
+)
 
 if TYPE_CHECKING:
     from .schema import CompareResult
+
+
+# --- the summary sentence ----------------------------------------------------------------------------------
+
+def verdict(d: Decision, fs: Findings, th: Thresholds) -> Verdict:
+    """The public verdict: the decision's kind, pattern, confidence and evidence, with its summary."""
+    return Verdict(kind=d.kind, pattern=d.pattern, confidence=d.confidence, summary=summary(d, fs, th),
+                   evidence=d.evidence)
+
+
+def summary(d: Decision, fs: Findings, th: Thresholds) -> str:
+    """The verdict in one paragraph: the rule's sentence, then the drift, unseen tensors and fused op notes."""
+    text = _SENTENCES[d.rule](d, fs, th)
+    if "drift" in d.evidence and d.kind in ("ok", "precision"):
+        text += drift_words(d.evidence["drift"])
+    if fs.uncompared and claims_absence(d):
+        text = text.replace("every tensor", "every compared tensor")
+        text += (f" {len(fs.uncompared)} tensor(s) the target holds could not be compared: "
+                 + "; ".join(fs.uncompared[:3]) + ".")
+    if d.first is not None and d.first.fused is not None:
+        text += fused_words(d.first)
+    return text
+
+
+def drift_words(d: dict[str, Any]) -> str:
+    """The drift note (evidence ``drift``): where the error drifts below the floor without one op jumping."""
+    a, b = d["from"], d["to"]
+    return (f" Precision note: the error drifts {d['drift_db']} dB further below the floor between positions "
+            f"{a['position']} ({a['op'] or a['tensor']}) and {b['position']} ({b['op'] or b['tensor']}) without one op "
+            f"jumping — accumulated fp16 rounding over that stretch, not a wrong op.")
+
+
+def fused_words(first: FirstFailing) -> str:
+    """One sentence for the verdict: which target op ran and what it fused."""
+    f = first.fused
+    if f is None:
+        return ""
+    where = f", {f.target_tensor}" if f.target_tensor else ""
+    covers = ", ".join(f.model_nodes) if f.model_nodes else "the model's nodes"
+    return (f" The target ran this as one op, {f.op} ({f.op_type}{where}), fusing the model nodes {covers}; "
+            f"look up {f.op_type}.")
+
+
+def _floor(fs: Findings, th: Thresholds) -> str:
+    return "the fp16 floor" if fs.has_floor else f"a fixed fp16 level of {th.floor_cap_db:g} dB (no floor run)"
+
+
+def _op_words(row: TensorRow) -> str:
+    return f"{row.op or row.name} ({row.op_type or '?'}, position {row.position})"
+
+
+def _below(row: TensorRow, fs: Findings, th: Thresholds) -> str:
+    """'20.4 dB below the 60 dB fp16 level (the floor is exact; …)': the excess and what it is measured from."""
+    return fmt.shortfall(row.excess_db, (row.floor_metrics or {}).get("sqnr_db"), th.floor_cap_db,
+                         has_floor=fs.has_floor, quantized=fs.quantized)
+
+
+def _quant_worst(row: TensorRow, fs: Findings, th: Thresholds) -> str:
+    """The worst quantized tensor in words: what the fp16 floor means there, and that the step is the yardstick."""
+    floor = (row.floor_metrics or {}).get("sqnr_db")
+    head = f"the worst tensor {row.name!r} has SQNR {fmt.db_unit(row.metrics.get('sqnr_db'))} against the reference"
+    if fs.has_floor and floor is not None and floor >= th.floor_cap_db:
+        return (f"{head}, {fmt.amount(row.excess_db)} dB short of the {th.floor_cap_db:g} dB fp16 level; no fp16 floor "
+                f"applies there (fp16 rounding leaves its quantized values unchanged: the floor is "
+                f"{fmt.db_unit(floor)}), so the quantization step is the yardstick")
+    return f"{head}, {_below(row, fs, th)}, which is what quantization costs; the quantization step is the yardstick"
+
+
+def _zero_input(d: Decision, fs: Findings, th: Thresholds) -> str:
+    name = fs.zero_inputs[0]
+    consumer = fs.input_consumers.get(name)
+    reads = f"; {consumer.name} ({consumer.op_type}) is the first op to read it" if consumer else ""
+    return (f"The model input {name!r} never reached the target: its copy there is all zeros{reads} (MNN online "
+            f"QNN needs shapeMutable=false).")
+
+
+def _input_mismatch(d: Decision, fs: Findings, th: Thresholds) -> str:
+    m = fs.input_mismatches[0]
+    consumer = fs.input_consumers.get(m.name)
+    if m.nonfinite:
+        how = f"holds NaN/Inf ({m.nonfinite} of {m.size} values)"
+    elif m.constant is not None:
+        how = f"is constant (every value {m.constant:.6g}) while the reference input is not"
+    else:
+        how = f"differs from the reference input (SQNR {fmt.db_unit(m.sqnr_db)})"
+    reads = f" {consumer.name} ({consumer.op_type}) is the first op to read it." if consumer else ""
+    return (f"The target's copy of input {m.name!r} ({m.observed_as}) {how}: either the baseline was built "
+            f"from other data — rebuild it with `qnn-debug baseline \"$MODEL\" --inputs \"$INPUTS\"` "
+            f"(MODEL: the model; INPUTS: the test dir or .npz the device used) — or the input was not copied into "
+            f"the QNN graph (shapeMutable=true, Tensor usage is 1.). The error starts before any op, so no "
+            f"downstream op is blamed.{reads}")
+
+
+def _encoding_range(d: Decision, fs: Findings, th: Thresholds) -> str:
+    c = fs.range_clip
+    assert c is not None
+    row = c.row
+    enc = (f"scale {c.scale:.4g}, offset {c.offset}" if c.scale is not None else
+           f"step {c.step:.4g}, inferred from the target's values")
+    calibrated = (f"; the model's calibrated range is [{c.model_range[0]:.4g}, {c.model_range[1]:.4g}]"
+                  if c.model_range is not None else "")
+    return (f"Quantization, not a wrong op: the device encoding of {ref_name(row)!r} ({_op_words(row)}) clips the "
+            f"data. Its range is [{c.lo:.4g}, {c.hi:.4g}] ({enc}){calibrated}, while the reference spans "
+            f"[{c.ref_min:.4g}, {c.ref_max:.4g}]: {100 * c.outside_share:.1f}% of the reference lies outside, "
+            f"{100 * c.at_rail_share:.1f}% of the target sits at the rail, and the reference clipped at that range "
+            f"reproduces the target at {fmt.db_unit(c.clip_sqnr_db)} (the target against the reference: "
+            f"{fmt.db_unit(c.raw_sqnr_db)}; elements inside the range: {fmt.db_unit(c.in_range_sqnr_db)}).")
+
+
+def _fp16_range(d: Decision, fs: Findings, th: Thresholds) -> str:
+    o = fs.overflow
+    assert o is not None
+    where = f"{o.op.name} ({o.op.op_type}, position {o.op.position})"
+    if o.row is None:
+        target = ("its output was not dumped, and the tensors after it are broken; an fp16 engine cannot hold "
+                  "that value")
+    elif o.nonfinite:
+        target = f"the target holds inf/NaN there ({o.nonfinite} of {o.size} values): an IEEE fp16 producer overflowed"
+    elif o.rail is not None and o.rail > 65536.0:
+        target = (f"the target tops out at {o.target_max:.6g}, {o.at_rail} of {o.size} values at HTP's ±131008 "
+                  f"saturation rail (HTP fp16 has no inf)")
+    elif o.rail is not None and o.rail > 65504.0:
+        target = (f"the target tops out at {o.target_max:.6g}, {o.at_rail} of {o.size} values at ±65536 (2^16, where "
+                  f"the HTP op stops; HTP fp16 has no inf)")
+    elif o.rail is None:
+        target = (f"the target tops out at {o.target_max:.6g} and is badly off there "
+                  f"(SQNR {fmt.db_unit(o.row.metrics.get('sqnr_db'))})")
+    else:
+        target = f"the target tops out at {o.target_max:.6g}, {o.at_rail} of {o.size} values at the ±65504 fp16 rail"
+    inside = " (beyond 65504, but within what HTP holds: 131008)" if o.input_max > 65504.0 else ""
+    failing = floor_fails(d)
+    floor_words = (f" The fp16 floor fails the same way (worst output {fmt.db_unit(failing)}): no fp16 engine can "
+                   f"run this as is." if failing is not None else " No fp16 engine can run this as is.")
+    return (f"Precision, not a wrong op: the model is not fp16-safe. {where} is the first op whose reference "
+            f"output leaves the fp16 range: `{o.tensor}` reaches {o.ref_max:.3g} (fp16 max 65504) while its "
+            f"inputs stay within ±{o.input_max:.3g}{inside}; {target}.{floor_words} Rescale by "
+            f"2^{o.rescale_exponent()} around it (see next steps).")
+
+
+def _unconfirmed_bug(d: Decision, fs: Findings, th: Thresholds) -> str:
+    assert d.hit is not None
+    s0 = d.hit.suspect
+    first = fs.rows[s0.tensor]
+    why = fs.local_unavailable or (d.hit.local.note if d.hit.local else None) or "no re-run"
+    return (f"{_op_words(first)} is the first op whose output departs from the reference "
+            f"({fmt.amount(s0.jump_db)} dB jump beyond {_floor(fs, th)}); it could not be re-run to confirm ({why}).")
+
+
+def _quantization(d: Decision, fs: Findings, th: Thresholds) -> str:
+    done = checked(fs)
+    if done:
+        sq = [f.local.sqnr_db for f in done if f.local and f.local.sqnr_db is not None]
+        lsb = [f.local.max_err_lsb for f in done if f.local and f.local.max_err_lsb is not None]
+        clause = (f"the {len(done)} op(s) where the error jumps reproduce the target on their own inputs "
+                  f"within quantization noise (local SQNR ≥ {fmt.db_unit(min(sq)) if sq else fmt.NONE}"
+                  f"{f', worst {fmt.amount(max(lsb))} of the {th.quant_lsb_ok:g} quantization steps allowed' if lsb else ''})")
+    else:
+        clause = "no op's error jumps beyond what its inputs already carry"
+    worst_txt = _quant_worst(d.worst, fs, th) if d.worst else "no tensor could be judged"
+    return f"Quantization error, not a bug: {worst_txt}; {clause}."
+
+
+def _precision(d: Decision, fs: Findings, th: Thresholds) -> str:
+    worst, open_ = d.worst, unresolved(fs)
+    where = (f"the worst tensor {worst.name!r} has SQNR {fmt.db_unit(worst.metrics.get('sqnr_db'))}, "
+             f"{_below(worst, fs, th)}" if worst else f"the target is worse than {_floor(fs, th)}")
+    why = ("no op shows a jump beyond the floor" if not fs.findings else
+           "every suspect op reproduces the target on its own inputs" if not open_ else
+           f"{len(open_)} suspect op(s) could not be re-run to tell (see evidence)")
+    return f"Precision, not a wrong op: {where}, but {why}."
+
+
+def _poor_floor(d: Decision, fs: Findings, th: Thresholds) -> str:
+    words = ", ".join(f"{n!r} {fmt.db_unit(db)}" for n, db in poor_floor_outputs(fs, th)[:3])
+    return (f"Precision: the target is at the fp16 floor, but the floor itself is not acceptable (graph output SQNR "
+            f"{words}, below {th.output_ok_db:g} dB): no fp16 engine can run this as is.")
+
+
+def _ok(d: Decision, fs: Findings, th: Thresholds) -> str:
+    worst = d.worst
+    if worst is not None and (worst.excess_db or 0.0) >= 0.05:
+        return (f"Healthy: every tensor is within {th.excess_ok_db:g} dB of {_floor(fs, th)} "
+                f"(worst {worst.name!r}, {fmt.amount(worst.excess_db)} dB).")
+    return f"Healthy: every tensor is at the error level of {_floor(fs, th)}."
+
+
+def _bug(d: Decision, fs: Findings, th: Thresholds) -> str:
+    hit = d.hit
+    assert hit is not None and hit.local is not None
+    row, le = fs.rows[hit.suspect.tensor], hit.local
+    words = _op_words(row)
+    if hit.pinned is not None:  # the culprit is an op whose output the target never dumped
+        p = hit.pinned
+        words = f"{p.name} ({p.op_type}, position {p.position}; its output was not dumped, first seen in {ref_name(row)!r})"
+    if d.kind == "input_not_copied":  # "bias only" is how it shows: the evidence's pattern_variant says so
+        return (f"{words} reads the model input as zeros: its output is what it computes on an all-zero "
+                f"input — the input was not copied (MNN online QNN needs shapeMutable=false).")
+    what = _pattern_words(d.pattern, hit.best)
+    allowed = (f"{th.quant_lsb_ok:g} quantization steps (it is off by {fmt.amount(le.max_err_lsb)})"
+               if le.max_err_lsb is not None else
+               f"≥ {fmt.db_unit(th.quant_local_ok_db)}" if fs.quantized else f"≥ {fmt.db_unit(local_limit_db(le, th))}")
+    return (f"{words} is the first failing op: {fmt.local_inputs(le.inputs)} it gives "
+            f"SQNR {fmt.db_unit(le.sqnr_db)} where {'quantization' if fs.quantized else 'fp16'} allows {allowed}"
+            f"{'; ' + what if what else ''}.")
+
+
+def _pattern_words(pattern: str, best: Trial | None) -> str:
+    if best is None:
+        return ""
+    return {
+        "nan_inf": "it produces NaN/Inf",
+        "zero_input": f"it behaves as if {best.variant}",
+        "bias_only": f"its output is the bias alone ({best.variant})",
+        "wrong_coordinates": f"the output is reproduced with {best.variant}",
+        "wrong_semantics": f"the output is reproduced with {best.variant}",
+        "permutation": f"the output is reproduced with {best.variant}",
+        "scale_shift": f"{best.variant}",
+        "constant": f"its output is constant ({best.variant})",
+    }.get(pattern, best.variant)
+
+
+_SENTENCES = {"zero_input": _zero_input, "input_mismatch": _input_mismatch, "encoding_range": _encoding_range,
+              "fp16_range": _fp16_range, "bug": _bug, "unconfirmed_bug": _unconfirmed_bug,
+              "quantization": _quantization, "precision": _precision, "poor_floor": _poor_floor, "ok": _ok}
+
+
+# --- next steps --------------------------------------------------------------------------------------------
 
 WRONG_NUMBERS = "playbooks/wrong-numbers.md"
 SHAPE_MUTABLE = "playbooks/shape-mutable.md"
@@ -50,15 +297,15 @@ def next_steps(r: CompareResult) -> list[NextStep]:
     """The steps for ``r``'s verdict, most useful first; none for a healthy run."""
     kind = r.verdict.kind
     if kind == "precision" and isinstance(r.verdict.evidence.get("fp16_range"), dict):
-        return _fp16_range(r, r.verdict.evidence["fp16_range"])
+        return _fp16_range_steps(r, r.verdict.evidence["fp16_range"])
     if kind == "precision":
-        return _precision(r)
+        return _precision_steps(r)
     if kind == "real_bug":
-        return _real_bug(r)
+        return _real_bug_steps(r)
     if kind == "input_not_copied":
-        return _input_not_copied(r)
+        return _input_not_copied_steps(r)
     if kind == "quantization":
-        return _quantization(r)
+        return _quantization_steps(r)
     return []
 
 
@@ -93,7 +340,7 @@ def _fusions(r: CompareResult) -> list[str]:
     return found
 
 
-def _precision(r: CompareResult) -> list[NextStep]:
+def _precision_steps(r: CompareResult) -> list[NextStep]:
     if not _is_htp_sim(r):
         return _precision_mnn(r)
     base, run = _baseline_dir(r), Path(r.target)
@@ -170,7 +417,7 @@ def _precision_mnn(r: CompareResult) -> list[NextStep]:
     ]
 
 
-def _fp16_range(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
+def _fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
     """Remedies for a model that is not fp16-safe, each with why, most targeted first; each is checked by
     diagnosing the edited model, and the baseline of the edited model lists what is still out of range."""
     op, tensor, k = ev.get("op"), ev.get("tensor"), ev.get("rescale_exponent")
@@ -211,7 +458,7 @@ def _fp16_range(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
     return steps
 
 
-def _real_bug(r: CompareResult) -> list[NextStep]:
+def _real_bug_steps(r: CompareResult) -> list[NextStep]:
     ff = r.first_failing
     pattern = f" for the `{r.verdict.pattern}` pattern" if r.verdict.pattern != "none" else ""
     playbook = (f"then follow {WRONG_NUMBERS}{pattern}: the classic causes of a wrong op in MNN's QNN backend and "
@@ -228,7 +475,7 @@ def _real_bug(r: CompareResult) -> list[NextStep]:
     return steps
 
 
-def _input_not_copied(r: CompareResult) -> list[NextStep]:
+def _input_not_copied_steps(r: CompareResult) -> list[NextStep]:
     """Zeros: the input was not copied. A copy that differs otherwise may just be a baseline built from other
     data, which is the cheaper check, so it comes first."""
     steps = []
@@ -251,7 +498,7 @@ def _input_not_copied(r: CompareResult) -> list[NextStep]:
     return steps
 
 
-def _encoding_range(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
+def _encoding_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
     """A device encoding that clips the data: widen it where it is set, then check again."""
     tensor = ev.get("tensor")
     lo, hi = ev.get("device_range") or [None, None]
@@ -275,10 +522,10 @@ def _encoding_range(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
     ]
 
 
-def _quantization(r: CompareResult) -> list[NextStep]:
+def _quantization_steps(r: CompareResult) -> list[NextStep]:
     ev = r.verdict.evidence.get("encoding_range")
     if isinstance(ev, dict):
-        return _encoding_range(r, ev)
+        return _encoding_range_steps(r, ev)
     worst = r.verdict.evidence.get("worst_excess", {}).get("tensor")
     row = next((t for t in r.tensors if t.name == worst), None)
     where = f"{worst!r}" if worst else "the worst tensor"
