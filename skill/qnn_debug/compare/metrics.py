@@ -103,13 +103,17 @@ def _load_kernel() -> tuple[dict[tuple[str, str], Any] | None, str]:
             why = f"kernel library unusable: {e}"
             continue
         fns: dict[tuple[str, str], Any] = {}
-        for tk in _KERNEL_TYPES.values():
-            for rk in _KERNEL_TYPES.values():
-                fn = getattr(lib, f"qd_{tk}_{rk}")
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int64,
-                               ctypes.c_double, ctypes.c_double, ctypes.POINTER(_KernelStats)]
-                fn.restype = None
-                fns[(tk, rk)] = fn
+        try:
+            for tk in _KERNEL_TYPES.values():
+                for rk in _KERNEL_TYPES.values():
+                    fn = getattr(lib, f"qd_{tk}_{rk}")
+                    fn.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_void_p, ctypes.c_ssize_t,
+                                   ctypes.c_int64, ctypes.c_double, ctypes.c_double, ctypes.POINTER(_KernelStats)]
+                    fn.restype = None
+                    fns[(tk, rk)] = fn
+        except AttributeError as e:
+            why = f"kernel library incomplete: {e}"
+            continue
         return fns, f"compiled loop {lib_path.name}"
     return None, why
 
@@ -125,8 +129,16 @@ def _cpu_signature() -> str:
 
 
 def _cache_dirs() -> list[Path]:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return [Path(base) / "qnn-debug", Path(tempfile.gettempdir()) / f"qnn-debug-{os.getuid()}"]
+    """The user's cache, else a private folder in the temp dir (never a path relative to the cwd)."""
+    home = os.path.expanduser("~")
+    base = os.environ.get("XDG_CACHE_HOME") or (os.path.join(home, ".cache") if os.path.isabs(home) else "")
+    dirs = [Path(base) / "qnn-debug"] if os.path.isabs(base) else []
+    return [*dirs, Path(tempfile.gettempdir()) / f"qnn-debug-{_uid()}"]
+
+
+def _uid() -> int:
+    getuid = getattr(os, "getuid", None)
+    return int(getuid()) if getuid is not None else 0
 
 
 def _build(cc: str, folder: Path, lib_path: Path) -> str:
@@ -135,7 +147,7 @@ def _build(cc: str, folder: Path, lib_path: Path) -> str:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as e:
         return f"cannot create {folder}: {e.strerror}"
-    if folder.stat().st_uid != os.getuid():
+    if folder.stat().st_uid != _uid():
         return f"{folder} belongs to another user"
     from .. import process  # the one way the project starts a child (the compiler's whole tree is stopped)
 
