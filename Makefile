@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml Makefile
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
 	    (apt-get update -qq && apt-get install -y -qq adb >/dev/null) || echo "note: could not install Debian adb; device tests that need it will be skipped"; \
 	  else echo "note: adb not installed and not root; device tests that need it will be skipped"; fi; }
+	@$(PY) -c "from qnn_debug.compare.metrics import kernel_status; print('comparator:', kernel_status())"
 	@touch $(STAMP)
 
 demo: setup
