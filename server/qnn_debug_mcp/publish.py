@@ -35,7 +35,7 @@ from .errors import Refusal, error_result
 from .long_runs import Summarize, run_long
 from .models import LongToolAnswer
 from .request_paths import confine, needs_workspace, server_values
-from .tool_context import app_state, child_roots, respond
+from .tool_context import app_state, child_roots, relay, respond
 from .workspace import Workspace
 
 Top = Annotated[int, Field(ge=1, le=200, description="how many tensor rows to return")]
@@ -143,7 +143,7 @@ async def call(ctx: Context, spec: OpTool, op: Operation, roots: Any, arguments:
         limit = spec.limit(cfg, request) if spec.limit else cfg.quick_timeout_s
         try:
             data = await run_operation(op.name, request, roots=confined_to, limits=Limits(limit, quick=True),
-                                       what=spec.name, python=cfg.python)
+                                       what=spec.name, on_progress=relay(ctx), python=cfg.python)
         except QnnDebugError as e:
             return error_result(e)
         result = op.result.model_validate(data)
