@@ -251,8 +251,18 @@ class _Activity:
         return now - self.since >= self.stall_s
 
 
+def environ() -> dict[str, str]:
+    """A copy of our environment. Another thread may set a variable meanwhile (``fs.scratch`` does, while a
+    diagnose runs its baseline and its dump side by side), which breaks a copy half-way: then copy again."""
+    while True:
+        try:
+            return dict(os.environ)
+        except RuntimeError:  # "dictionary changed size during iteration"
+            continue
+
+
 def _child_env(env: Mapping[str, str] | None) -> dict[str, str]:
-    out = dict(os.environ if env is None else env)
+    out = environ() if env is None else dict(env)
     out.setdefault("PYTHONUNBUFFERED", "1")
     return out
 

@@ -129,9 +129,11 @@ def bisect(request: rq.BisectRequest, progress: Progress) -> BisectResult:
 def localise_blocks(request: rq.LocaliseBlocksRequest, progress: Progress) -> BlockResult:
     from ..localise import blocks as engine
 
-    options = _target_options(request)  # first: serial/options on htp-sim are refused with the general rule
+    if request.options is not None:
+        _target_options(request)  # options off the phone or host build: refused by the general rule first
     if request.serial and request.target != "device":
         raise BadInputError("--serial applies to --target device only", hint="drop --serial or add --target device")
+    options = _target_options(request)
     return engine.run_blocks(engine.BlockRequest(
         model=Path(request.model), out=out_dir(request, request.out), reference_model=request.reference_model,
         target=request.target, inputs=request.inputs, shapes=request.shapes or {}, seed=request.seed,

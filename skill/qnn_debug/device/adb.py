@@ -102,7 +102,7 @@ class Adb:
              check: bool = True) -> AdbResult:
         cmd = self._base(with_serial) + args
         limit = timeout or self.timeout
-        env = {k: v for k, v in os.environ.items() if k != "ANDROID_SERIAL"}  # the serial is ours to choose
+        env = {k: v for k, v in process.environ().items() if k != "ANDROID_SERIAL"}  # the serial is ours to choose
         try:
             done = process.run(cmd, timeout=limit, env=env)
         except FileNotFoundError:

@@ -135,7 +135,7 @@ def run_mnn2qnn(
         conv_out = work / "out"
         cmd = build_command(str(exe.absolute()), str(sdk), soc, arch, str(local_src), str(conv_out), shapes, dump=dump)
         try:
-            proc = process.run(cmd, cwd=work, timeout=timeout, env=dict(os.environ if env is None else env),
+            proc = process.run(cmd, cwd=work, timeout=timeout, env=process.environ() if env is None else dict(env),
                                merge_stderr=True)
         except process.ChildTimeout:
             raise TargetError(f"MNN2QNNModel did not finish within {timeout:.0f} s", hint="raise --timeout") from None

@@ -56,7 +56,7 @@ class LocalExecutor:
             fs.copy_file(local, dst, what="file to run with")
 
     def execute(self, argv: list[str], *, cwd: str, env: dict[str, str], timeout: float) -> tuple[int, str]:
-        full_env = {**os.environ, **env}
+        full_env = {**process.environ(), **env}
         try:
             done = process.run(argv, cwd=cwd, env=full_env, timeout=timeout, merge_stderr=True)
         except process.ChildTimeout as e:

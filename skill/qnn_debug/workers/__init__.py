@@ -124,7 +124,7 @@ def _tail(path: Path, finished: process.Finished, lines: int = 12) -> str:
 
 def env_with_roots(roots: list[str] | None, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for a worker confined to ``roots`` (the engine re-checks every file it opens)."""
-    env = dict(os.environ if base is None else base)
+    env = process.environ() if base is None else dict(base)
     if roots:
         env[fs.ROOTS_ENV] = os.pathsep.join(roots)
     return env
