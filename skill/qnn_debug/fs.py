@@ -290,7 +290,7 @@ def _claimed_parts(path: str | os.PathLike[str]) -> tuple[int, Path, list[str]] 
         return None
     p = Path(os.path.abspath(os.fspath(path)))
     best: tuple[int, Path, list[str]] | None = None
-    for base, fd in _claimed.items():
+    for base, fd in list(_claimed.items()):  # a snapshot: diagnose claims folders from two threads
         if p.is_relative_to(base) and (best is None or len(base.parts) > len(best[1].parts)):
             best = (fd, base, list(p.relative_to(base).parts))
     return best

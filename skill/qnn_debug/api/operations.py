@@ -6,6 +6,8 @@ each operation's code is named as ``"module:function"`` and imported when the op
 
 from __future__ import annotations
 
+from pydantic import BaseModel
+
 from ..baseline_models import BaselineResult
 from ..compare.schema import CompareResult
 from ..device.probe import ProbeResult
@@ -42,37 +44,26 @@ from .requests import (
 
 RUNNERS = "qnn_debug.api.runners"
 
-register(Operation("triage", TriageRequest, TriageResult, f"{RUNNERS}:triage",
-                   summary="classify a failing run's log and say what to run next"))
-register(Operation("op_lookup", OpLookupRequest, OpConstraints, f"{RUNNERS}:op_lookup",
-                   summary="QNN/HTP constraints of an op, optionally probed on the simulator"))
-register(Operation("baseline", BaselineRequest, BaselineResult, f"{RUNNERS}:baseline", long=True,
-                   summary="trusted CPU baseline: fp32 reference, fp16 floor and the MNN CPU gate, every tensor"))
-register(Operation("dump", DumpRequest, DumpResult, f"{RUNNERS}:dump", long=True,
-                   summary="every intermediate tensor of a model on a QNN target, refusing any CPU fallback"))
-register(Operation("compare", CompareRequest, CompareResult, f"{RUNNERS}:compare", long=True,
-                   summary="a target run against the baseline tensor by tensor: first failing op and verdict"))
-register(Operation("diagnose", DiagnoseRequest, DiagnoseResult, f"{RUNNERS}:diagnose", long=True,
-                   summary="baseline, dump and compare in one go"))
-register(Operation("bisect", BisectRequest, BisectResult, f"{RUNNERS}:bisect", long=True,
-                   summary="first failing op by truncating the model, when no dump is possible"))
-register(Operation("localise_blocks", LocaliseBlocksRequest, BlockResult, f"{RUNNERS}:localise_blocks", long=True,
-                   summary="first failing decoder block of an LLM, then the first failing op inside it"))
-register(Operation("llm_check", LlmCheckRequest, LlmCheckResult, f"{RUNNERS}:llm_check",
-                   summary="static check of an llmexport folder for the QNN LLM path"))
-register(Operation("llm_text", LlmTextRequest, LlmTextResult, f"{RUNNERS}:llm_text", long=True,
-                   summary="an LLM's text and logits against MNN's CPU reference"))
-register(Operation("run", RunRequest, RunModelResult, f"{RUNNERS}:run", long=True,
-                   summary="an .mnn model with MNN's ModuleBasic on a phone or a host build, judged against a reference"))
-register(Operation("testdir", TestDirRequest, TestDirInfo, f"{RUNNERS}:testdir",
-                   summary="write an MNN test dir (input.json + <tensor>.txt) for ModuleBasic"))
-register(Operation("toggle_shape_mutable", ToggleShapeMutableRequest, ToggleResult, f"{RUNNERS}:toggle_shape_mutable",
-                   summary="set or flip shapeMutable in a test dir's input.json (atomic, previous file kept)"))
-register(Operation("import_dump", ImportDumpRequest, ImportResult, f"{RUNNERS}:import_dump", long=True,
-                   summary="import an MNN QNN dump directory as a run compare reads"))
-register(Operation("devices", DevicesRequest, DevicesResult, f"{RUNNERS}:devices",
-                   summary="the phones adb sees and their state"))
-register(Operation("probe_device", ProbeDeviceRequest, ProbeResult, f"{RUNNERS}:probe_device",
-                   summary="a phone's SoC, HTP arch and the MNN/QNN runtime files it lacks (with the adb push for each)"))
-register(Operation("case_add", CaseAddRequest, CaseFile, f"{RUNNERS}:case_add",
-                   summary="append one solved case to the cases file triage reads"))
+# name, request, result, long (minutes: faces run it in a child / as a job), summary; the runner is runners.<name>
+TABLE: list[tuple[str, type[BaseModel], type[BaseModel], bool, str]] = [
+    ("triage", TriageRequest, TriageResult, False, "classify a failing run's log and say what to run next"),
+    ("op_lookup", OpLookupRequest, OpConstraints, False, "QNN/HTP constraints of an op, optionally probed on the simulator"),
+    ("baseline", BaselineRequest, BaselineResult, True, "trusted CPU baseline: fp32 reference, fp16 floor and the MNN CPU gate, every tensor"),
+    ("dump", DumpRequest, DumpResult, True, "every intermediate tensor of a model on a QNN target, refusing any CPU fallback"),
+    ("compare", CompareRequest, CompareResult, True, "a target run against the baseline tensor by tensor: first failing op and verdict"),
+    ("diagnose", DiagnoseRequest, DiagnoseResult, True, "baseline, dump and compare in one go"),
+    ("bisect", BisectRequest, BisectResult, True, "first failing op by truncating the model, when no dump is possible"),
+    ("localise_blocks", LocaliseBlocksRequest, BlockResult, True, "first failing decoder block of an LLM, then the first failing op inside it"),
+    ("llm_check", LlmCheckRequest, LlmCheckResult, False, "static check of an llmexport folder for the QNN LLM path"),
+    ("llm_text", LlmTextRequest, LlmTextResult, True, "an LLM's text and logits against MNN's CPU reference"),
+    ("run", RunRequest, RunModelResult, True, "an .mnn model with MNN's ModuleBasic on a phone or a host build, judged against a reference"),
+    ("testdir", TestDirRequest, TestDirInfo, False, "write an MNN test dir (input.json + <tensor>.txt) for ModuleBasic"),
+    ("toggle_shape_mutable", ToggleShapeMutableRequest, ToggleResult, False, "set or flip shapeMutable in a test dir's input.json (atomic, previous file kept)"),
+    ("import_dump", ImportDumpRequest, ImportResult, True, "import an MNN QNN dump directory as a run compare reads"),
+    ("devices", DevicesRequest, DevicesResult, False, "the phones adb sees and their state"),
+    ("probe_device", ProbeDeviceRequest, ProbeResult, False, "a phone's SoC, HTP arch and the MNN/QNN runtime files it lacks (with the adb push for each)"),
+    ("case_add", CaseAddRequest, CaseFile, False, "append one solved case to the cases file triage reads"),
+]
+
+for _name, _request, _result, _long, _summary in TABLE:
+    register(Operation(_name, _request, _result, f"{RUNNERS}:{_name}", long=_long, summary=_summary))
