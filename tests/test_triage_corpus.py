@@ -13,10 +13,11 @@ from qnn_debug.triage import triage_log
 from qnn_debug.triage.signatures import CATEGORIES
 from triage_accuracy import CORPUS, HELDOUT, evaluate, top1
 
-# Regression floor only, set AFTER the single measurement of the round-3 held-out set (10/29 = 34.5%; 9/29 with the
-# signatures before that round): two more misses fail the test. Never above the measurement. The goal (90%) is
-# reported by triage_accuracy.py, not asserted.
-HELDOUT_FLOOR = 0.27
+# Regression floor only, set AFTER the single measurement of the current held-out set, never above it; None while the
+# set has not been measured yet (the test then skips, so that no run shows the held-out figure before the round's
+# changes are done). The goal (90%) is reported by triage_accuracy.py, not asserted. Earlier rounds: round 3 measured
+# 10/29 = 34.5% (floor 0.27), then moved in-sample.
+HELDOUT_FLOOR: float | None = None
 
 
 def test_corpus_is_real_and_large_enough() -> None:
@@ -43,6 +44,8 @@ def test_heldout_part_is_separate_real_and_a_fifth() -> None:
 
 
 def test_heldout_top1_stays_above_its_floor(capsys: pytest.CaptureFixture[str]) -> None:
+    if HELDOUT_FLOOR is None:
+        pytest.skip("the current held-out set has not been measured yet")
     results = evaluate(HELDOUT)
     with capsys.disabled():
         print(f"\ntriage held-out top-1: {top1(results):.1%} of {len(results)}")

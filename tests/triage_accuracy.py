@@ -95,8 +95,9 @@ def main(argv: list[str]) -> int:
     in_sample = evaluate(CORPUS)
     _print_cases(in_sample, misses_only="--all" not in argv)
     print(_line("in-sample top-1", in_sample))
-    print("  " + _line("of which round-2 held-out (moved in-sample after its one measurement)",
-                       [r for r in in_sample if r.round == "heldout-2"]))
+    for rnd in ("heldout-2", "heldout-3"):
+        print("  " + _line(f"of which round-{rnd[-1]} held-out (moved in-sample after its one measurement)",
+                           [r for r in in_sample if r.round == rnd]))
     if "--in-sample-only" in argv:
         return 0 if top1(in_sample) >= GOAL_IN_SAMPLE else 1
     held = evaluate(HELDOUT)
