@@ -152,3 +152,88 @@ def test_a_clear_error_code_outweighs_the_users_prose() -> None:
     log = ("The output from the NPU is different from pytorch\n"
            "Status Message: QNN graph execute error. Error code: 6031\n")
     assert triage_log(text=log).category == "execute_failed_6000"
+
+
+# Structural layers (data/triage_structure.json): the same failure in wordings no signature was written from. Each
+# line names the QNN object, status or crash the way some other runtime might; none is a corpus line.
+STRUCTURE = [
+    # QNN status enum names, by API family, in any sentence
+    ("runtime: step 12 returned QNN_GRAPH_ERROR_TIMED_OUT", "execute_failed_6000"),
+    ("restore -> QNN_CONTEXT_ERROR_BINARY_VERSION (model built by another SDK)", "sdk_version_or_lib_mismatch"),
+    ("opening the accelerator gave QNN_DEVICE_ERROR_HARDWARE_UNAVAILABLE", "device_lib_missing_or_load_failure"),
+    ("node conv_7 rejected: QNN_OP_PACKAGE_ERROR_VALIDATION_FAILURE", "op_validation_failed_3110_0xc26"),
+    ("prepare stage ended with QNN_GRAPH_ERROR_OPTIMIZATION_FAILED", "finalize_failed_1002"),
+    ("weights upload: QNN_COMMON_ERROR_MEM_ALLOC", "vtcm_or_memory"),
+    ("plugin step: QNN_BACKEND_ERROR_OP_PACKAGE_REGISTRATION_FAILED", "device_lib_missing_or_load_failure"),
+    ("input 'pixel' gives QNN_TENSOR_ERROR_UNSUPPORTED_TENSOR_PARAM", "unsupported_op_not_registered"),
+    # bare QNN status numbers, by API family
+    ("custom op library init returned 3001", "device_lib_missing_or_load_failure"),
+    ("loading model.serialized.bin: status 5004", "sdk_version_or_lib_mismatch"),
+    ("build graph 'enc_0' ... ret = 6022", "finalize_failed_1002"),
+    ("stub/skel handshake err: 1009", "device_lib_missing_or_load_failure"),
+    # FastRPC / DSP errors
+    ("remote_session_control returned AEE_ENOSUCH", "device_lib_missing_or_load_failure"),
+    ("dsp rpc call failed with 0x8000040d", "device_lib_missing_or_load_failure"),
+    ("fastrpc_mmap failed for fd 12 (0x8000040e)", "vtcm_or_memory"),
+    # '<verb> failed' + the QNN object that failed
+    ("Cannot deserialize the context binary model_ctx.onnx", "sdk_version_or_lib_mismatch"),
+    ("unable to open backend library libQnnGpu.so", "device_lib_missing_or_load_failure"),
+    ("could not prepare the HTP graph for decoder_2", "finalize_failed_1002"),
+    ("error while executing graph prefill_3 on the NPU", "execute_failed_6000"),
+    ("could not allocate 512 MB buffer for the weights", "vtcm_or_memory"),
+    # 'not supported' + an op or data type
+    ("op GroupNorm is not supported on this backend", "unsupported_op_not_registered"),
+    ("data type uint16 unsupported for input 'x'", "unsupported_op_not_registered"),
+    ("LayerNormalization: not implemented for the qnn delegate", "unsupported_op_not_registered"),
+    # version / ABI / BinaryInfo mismatch
+    ("libQnnHtp.so API version 2.14 does not match the expected 2.20", "sdk_version_or_lib_mismatch"),
+    ("BinaryInfo version 4 is unknown to this runtime", "sdk_version_or_lib_mismatch"),
+    # a QNN/HTP Python module missing
+    ("ModuleNotFoundError: No module named 'qai_hub_models.qnn_tools'", "build_error"),
+    ("ImportError: cannot import name 'QnnPartitioner' from 'executorch.backends.qualcomm.partition'", "build_error"),
+    # crashes with QNN/HTP/MNN/ORT context, any case
+    ("loading the HTP context...\nSegmentation fault", "convert_segfault"),
+    ("libc: Fatal signal 11 (SIGSEGV), code 1 in tid 9120 (onnxruntime)", "convert_segfault"),
+    ("starting qnn runner\n*** *** *** tombstone written to /data/tombstones/tombstone_03", "convert_segfault"),
+    ("QNN delegate attached\nSEGMENTATION FAULT", "convert_segfault"),
+]
+
+
+@pytest.mark.parametrize(("log", "category"), STRUCTURE)
+def test_structure_layer_reads_a_new_wording(log: str, category: str) -> None:
+    assert triage_log(text=log + "\n").category == category
+
+
+def test_a_structure_only_answer_says_it_is_low_confidence() -> None:
+    r = triage_log(text="could not prepare the HTP graph for decoder_2\n")
+    assert r.category == "finalize_failed_1002"
+    assert r.confidence <= 0.45
+    assert any("structure alone" in w for w in r.warnings)
+    assert any(e.signature.startswith("structure:") for e in r.evidence)
+
+
+def test_structure_stays_silent_without_its_grammar() -> None:
+    """A crash with no QNN/HTP/MNN/ORT context, a warning that only mentions a feature, a number without context."""
+    assert triage_log(text="python train.py\nSegmentation fault\n").category == "other"
+    assert triage_log(text="<W> Performance Estimates unsupported\n").category == "other"
+    assert triage_log(text="processed 4000 frames in 6022 ms\n").category == "other"
+    assert triage_log(text="graph executed in 12 ms\n").category == "other"
+
+
+def test_a_known_wording_outweighs_structure_on_another_category() -> None:
+    """Structure only reinforces where a signature already decides: a finalize failure stays a finalize failure."""
+    log = ("[onnxruntime] Pad node `/blk/Pad` is not supported: base_op_builder.cc:162 ProcessOutputs Failed to add node.\n"
+           "[onnxruntime] Failed to finalize QNN graph. at location qnn_model.cc:181 FinalizeGraphs\n")
+    assert triage_log(text=log).category == "finalize_failed_1002"
+
+
+def test_enum_and_code_tables_cover_every_family() -> None:
+    from qnn_debug.triage.structure import code_category, enum_category, rules
+
+    for code, name in rules().codes.items():
+        assert code_category(code) == enum_category(name)
+    assert enum_category("QNN_GRAPH_ERROR_FINALIZE_FAILED") == "finalize_failed_1002"
+    assert enum_category("QNN_CONTEXT_ERROR_CREATE_FROM_BINARY") == "sdk_version_or_lib_mismatch"
+    assert enum_category("QNN_PROPERTY_NOT_SUPPORTED") == "sdk_version_or_lib_mismatch"
+    assert enum_category("QNN_COMMON_ERROR_GENERAL") == ""  # only the sentence around it can tell
+    assert code_category(14001) == "device_lib_missing_or_load_failure"

@@ -25,6 +25,7 @@ from .cases import CASE_BOOST, CaseMatcher, read_cases
 from .commands import STEP_MARKERS, CommandLine, command_facts, ended_cleanly, find_commands
 from .models import Evidence, Hypothesis, NextStep, NoiseHit, TriageResult, TriageStats
 from .signatures import Signature, SignatureDB, load_signatures
+from .structure import StructureScan, rules
 
 CHUNK_BYTES = 4 << 20
 MAX_LINE_BYTES = 1 << 20
@@ -68,6 +69,7 @@ class _Scan:
     export_marker: bool = False
     cases: CaseMatcher = field(default_factory=lambda: CaseMatcher([]))
     case_warnings: list[str] = field(default_factory=list)
+    structure: StructureScan = field(default_factory=StructureScan)
 
 
 # LinearAttention, RoPE, FusedLinear, GatedRMSNorm: OpTypes the LLM exporter's C4 fusion emits (schema at 4d40bdb).
@@ -192,6 +194,7 @@ def _scan_chunks(scan: _Scan, chunks: Iterator[bytes]) -> None:
         base = scan.lines
         _remember_tail(scan, text, base)
         text = _blank_noise(scan, text, base, present)
+        scan.structure.feed(text, base)
         for lit in context_literals - scan.context_seen:
             if (ascii_only and not lit.isascii()) or lit.encode("utf-8") not in raw:
                 continue
@@ -327,6 +330,17 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
 
     for cat, weight, at_line, reason in _frame_scores(scan.frames):
         add(cat, weight, at_line, reason)
+    worded = set(scores)  # categories some signature, noise hint or known frame speaks for
+    structure = rules()
+    worded_lines = {e.line for e in evidence}
+    # Where a known wording already decides (a category at min_score), structure only reinforces; where none does,
+    # structure decides.
+    struct_weight = structure.weight_when_worded if any(v >= db.min_score for v in scores.values()) else structure.weight
+    for hit in scan.structure.results():
+        if hit.line in worded_lines:
+            continue  # a known wording already read this line (and weighed it): its structure adds nothing
+        add(hit.category, struct_weight, hit.line, f"log structure ({hit.rule}): {hit.why} (source: {hit.source})")
+        evidence.append(Evidence(line=hit.line, text=hit.text, signature=f"structure:{hit.rule}", category=hit.category))
     for frame in scan.frames:
         if frame.known:
             evidence.append(Evidence(line=frame.log_line, text=f"#{frame.number} {frame.function}"[:EVIDENCE_TEXT_CHARS],
@@ -367,6 +381,10 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         category, top = failures[0]
         second = failures[1][1] if len(failures) > 1 else 0.0
         confidence = (1 - math.exp(-top / 6)) * top / (top + second)
+        if category not in worded and not hits:
+            confidence = min(confidence, structure.structure_only_confidence)
+            warnings.append("No known wording matched: this answer rests on the log's structure alone (a QNN status, "
+                            "the object that failed, a crash), so treat it as a lead with low confidence, not a diagnosis.")
     else:
         category = "other"
         confidence = 0.5 if "other" in scores else 0.2

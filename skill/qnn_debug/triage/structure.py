@@ -1,0 +1,209 @@
+"""Runtime-independent triage layers: what a QNN failure line is made of, not how one runtime words it.
+
+Why: every new runtime (ORT, ExecuTorch, LiteRT, llama.cpp, Genie, MNN) words the same failure its own way, so
+wording signatures written from past logs keep missing new ones. The grammar they share is stable: a QNN status
+enum or number (its API family names the object), a FastRPC/DSP error, "<verb> failed" + the QNN object, "not
+supported" + an op or dtype, a version/ABI mismatch, a missing Python module, a crash. The rules and their sources
+live in ``data/triage_structure.json``. Only lines holding a cheap literal anchor are read, at most
+``max_lines_per_anchor`` per anchor and chunk, so a huge log costs a bounded amount of work here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from .signatures import CATEGORIES
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DATA_FILE = DATA_DIR / "triage_structure.json"
+
+# Literal anchors: a line is read by the structure layers only if it holds one of these.
+ANCHORS = ("ail", "AIL", "rror", "RROR", "nable to", "annot", "an't", "ould not", "ouldn't", "upported", "UPPORTED",
+           "ismatch", "ncompatib", "QNN_", "AEE_", "0x8000", "egmentation", "egfault", "SIGSEGV", "SIGABRT", "SIGBUS",
+           "ore dumped", "ombstone", "atal signal", "ModuleNotFoundError", "ImportError", "exit code 13",
+           "not implemented", "No translation", "nknown", "段错误", "核心已转储", "EGMENTATION", "EGFAULT", "eturn",
+           "tatus", "ret", "err", "ode", "not match", "xpected")
+
+_FAIL = re.compile(r"(?i)\b(?:fail(?:ed|s|ure|ing)?|unable to|cannot|can't|can not|could not|couldn't|not able to|error)\b")
+_ENUM = re.compile(r"\bQNN_(?P<family>GRAPH|CONTEXT|BACKEND|DEVICE|OP_PACKAGE|TENSOR|COMMON|PROPERTY)_(?P<rest>[A-Z0-9_]+)")
+_CODE = re.compile(r"\b(?:0x(?P<hex>[0-9a-fA-F]{3,4})|(?P<dec>\d{4,5}))\b")
+_FASTRPC = re.compile(r"\bAEE_E\w+|\b0x8000[0-9a-fA-F]{4}\b|\b(?:remote_\w+|rpcmem_\w+|fastrpc\w*|dspqueue_\w+|apps_dev_init"
+                      r"|open_dev|I?DspTransport\w*|dlopen_ex|HAP_\w+|adsprpc|cdsprpc)")
+_MMAP = re.compile(r"(?i)mmap|memory map|\bmap(?:ping)?\b|\bmunmap")
+_UNSUPPORTED = re.compile(r"(?i)\bnot (?:be )?supported\b|\bunsupported\b|\bnot implemented\b|\bno translation\b"
+                          r"|\bnot registered\b|\bdon'?t support\b|\bdoes not support\b|\bonly supports?\b")
+_OP_WORD = re.compile(r"(?i)\b(?:ops?|operators?|nodes?|layers?|dtypes?|data ?types?|datatypes?|types?"
+                      r"|u?int(?:4|8|16|32|64)|float(?:16|32|64)?|fp(?:8|16|32)|bf16|bool|QNN_DATATYPE_\w+|aten\.\w+)\b")
+_CAMEL = re.compile(r"\b[A-Z][A-Za-z0-9]+\b")
+_VERSION_NOUN = re.compile(r"(?i)\b(?:versions?|ABI|BinaryInfo|build ?id|lib id|API)\b")
+_VERSION_BAD = re.compile(r"(?i)mismatch|incompatib|does(?:n't| not) match|\bnot match|\bunknown\b|unsupported|too old"
+                          r"|\bbelow\b|older than|newer than|\bexpected\b")
+_PY_IMPORT = re.compile(r"(?:ModuleNotFoundError|ImportError)\b[^\n]*")
+_PY_QNN = re.compile(r"(?i)qnn|qualcomm|htp|hexagon|qairt|executorch|\bmnn\b|onnxruntime")
+_CRASH = re.compile(r"(?i)segmentation fault|\bsegfault\b|\bsig(?:segv|abrt|bus|ill)\b|core dumped|\btombstone"
+                    r"|fatal signal \d+|\bsignal (?:11|6)\b|exit (?:code|status) 13[49]\b|段错误|核心已转储")
+
+
+@dataclass(frozen=True)
+class StructHit:
+    """One structural reading of one log line."""
+
+    rule: str
+    category: str
+    line: int
+    text: str
+    why: str
+    source: str
+
+
+@dataclass(frozen=True)
+class _Object:
+    rule: str
+    noun: re.Pattern[str]
+    verb: re.Pattern[str]
+    category: str
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The parsed data file (checked once per process)."""
+
+    raw: dict[str, Any]
+    weight: float
+    weight_when_worded: float
+    structure_only_confidence: float
+    max_lines: int
+    code_before: re.Pattern[str]
+    objects: tuple[_Object, ...]
+    unsupported_skip: re.Pattern[str]
+    op_names: frozenset[str]
+    codes: dict[int, str]
+
+    def why(self, layer: str) -> tuple[str, str]:
+        return str(self.raw[layer]["why"]), str(self.raw[layer]["source"])
+
+    def category(self, layer: str, key: str = "category") -> str:
+        return str(self.raw[layer][key])
+
+
+@cache
+def rules(path: Path = DATA_FILE) -> Rules:
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    objects = tuple(_Object(r, re.compile(n), re.compile(v), c) for r, n, v, c in raw["objects"]["rules"])
+    codes = {int(k): str(v).split()[0] for k, v in
+             json.loads((DATA_DIR / "qnn_error_codes.json").read_text(encoding="utf-8"))["codes"].items()}
+    out = Rules(raw=raw, weight=float(raw["weight"]), weight_when_worded=float(raw["weight_when_worded"]), structure_only_confidence=float(raw["structure_only_confidence"]),
+                max_lines=int(raw["max_lines_per_anchor"]), code_before=re.compile(raw["codes"]["before"]),
+                objects=objects, unsupported_skip=re.compile(raw["unsupported"]["skip"]), op_names=_op_names(),
+                codes=codes)
+    used = [o.category for o in objects] + list(raw["enum"]["families"].values()) + [c for _r, c in raw["enum"]["reasons"]]
+    used += [out.category(k) for k in ("fastrpc", "unsupported", "version", "python_module", "crash")]
+    used.append(out.category("fastrpc", "mmap_category"))
+    bad = {c for c in used if c and c not in CATEGORIES}
+    if bad:
+        raise ValueError(f"triage_structure.json names unknown categories: {sorted(bad)}")
+    return out
+
+
+def _op_names() -> frozenset[str]:
+    """Op names MNN and QNN know (CamelCase words only: 'Conv2d', 'MatMul', 'GridSample', ...)."""
+    knowledge = json.loads((DATA_DIR / "qnn_op_knowledge.json").read_text(encoding="utf-8"))
+    optypes = json.loads((DATA_DIR / "mnn_optypes.json").read_text(encoding="utf-8"))
+    names = set(knowledge["qnn_ops"]) | set(knowledge["onnx_to_mnn"]) | set(optypes["optypes"])
+    return frozenset(n for n in names if len(n) > 2 and n[0].isupper())
+
+
+def enum_category(name: str) -> str:
+    """Category of a QNN status enum name ('' when only the sentence around it can tell, e.g. COMMON_ERROR_GENERAL)."""
+    m = _ENUM.match(name)
+    if m is None:
+        return ""
+    enum = rules().raw["enum"]
+    for reason, category in enum["reasons"]:
+        if reason in name:
+            return str(category)
+    return str(enum["families"].get(m.group("family"), ""))
+
+
+def code_category(code: int) -> str:
+    """Category of a bare QNN status number, through its enum name (its API family)."""
+    name = rules().codes.get(code)
+    return enum_category(name) if name else ""
+
+
+@dataclass
+class StructureScan:
+    """Structural hits of one log, fed chunk by chunk (first hit of each rule and category kept)."""
+
+    hits: dict[tuple[str, str], StructHit] = field(default_factory=dict)
+    crash: StructHit | None = None
+    context_seen: bool = False
+
+    def feed(self, text: str, base: int) -> None:
+        r = rules()
+        if not self.context_seen:
+            self.context_seen = any(lit in text for lit in r.raw["crash"]["context"])
+        starts: set[int] = set()
+        for anchor in ANCHORS:
+            pos = text.find(anchor)
+            n = 0
+            while pos >= 0 and n < r.max_lines:
+                start = text.rfind("\n", 0, pos) + 1
+                starts.add(start)
+                n += 1
+                end = text.find("\n", pos)
+                if end < 0:
+                    break
+                pos = text.find(anchor, end)
+        line_no, prev = base + 1, 0
+        for start in sorted(starts):
+            line_no += text.count("\n", prev, start)
+            prev = start
+            end = text.find("\n", start)
+            self._line(r, text[start : end if end >= 0 else len(text)], line_no)
+
+    def results(self) -> list[StructHit]:
+        out = list(self.hits.values())
+        if self.crash is not None and self.context_seen:
+            out.append(self.crash)
+        return out
+
+    def _add(self, r: Rules, rule: str, category: str, line_no: int, line: str, layer: str) -> None:
+        if not category or (rule, category) in self.hits:
+            return
+        if any(h.category == category and h.line == line_no for h in self.hits.values()):
+            return  # one line is one vote for a category, however many rules read it
+        why, source = r.why(layer)
+        self.hits[(rule, category)] = StructHit(rule, category, line_no, line.strip()[:300], why, source)
+
+    def _line(self, r: Rules, line: str, line_no: int) -> None:
+        for m in _ENUM.finditer(line):
+            self._add(r, f"enum:{m.group('family')}", enum_category(m.group(0)), line_no, line, "enum")
+        for m in _CODE.finditer(line):
+            value = int(m.group("hex"), 16) if m.group("hex") else int(m.group("dec"))
+            if value in r.codes and r.code_before.search(line[max(0, m.start() - 40) : m.start()]):
+                self._add(r, f"code:{value // 1000}", code_category(value), line_no, line, "codes")
+        failing = _FAIL.search(line) is not None
+        if _FASTRPC.search(line) and (failing or "AEE_E" in line or "0x8000" in line):
+            key = "mmap_category" if _MMAP.search(line) else "category"
+            self._add(r, "fastrpc", r.category("fastrpc", key), line_no, line, "fastrpc")
+        if failing:
+            for obj in r.objects:
+                if obj.noun.search(line) and obj.verb.search(line):
+                    self._add(r, f"object:{obj.rule}", obj.category, line_no, line, "objects")
+        if _UNSUPPORTED.search(line) and not r.unsupported_skip.search(line) and (
+                _OP_WORD.search(line) or any(w in r.op_names for w in _CAMEL.findall(line))):
+            self._add(r, "unsupported", r.category("unsupported"), line_no, line, "unsupported")
+        if _VERSION_NOUN.search(line) and _VERSION_BAD.search(line):
+            self._add(r, "version", r.category("version"), line_no, line, "version")
+        imp = _PY_IMPORT.search(line)
+        if imp and _PY_QNN.search(imp.group(0)):
+            self._add(r, "python-module", r.category("python_module"), line_no, line, "python_module")
+        if self.crash is None and _CRASH.search(line):
+            why, source = r.why("crash")
+            self.crash = StructHit("crash", r.category("crash"), line_no, line.strip()[:300], why, source)
