@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..mnn.model_reader import MnnModel, read_mnn_model
 from ..mnn.optypes import qnn_mappings
+from ..next_step import command_line
 from . import sources as S
 from .check_models import ExportSettings, Finding, LlmCheckRequest, LlmCheckResult, SegmentSummary
 from .export_reader import ExportFolder, QnnOutputs, read_export, read_qnn_outputs
@@ -102,7 +103,7 @@ def _unregistered(model: MnnModel, extras: MnnExtras, part: Partition, folder: E
                      "constant: SIGSEGV in QnnFloatToHalf when its host buffer is null (alibaba/MNN#4716), silently "
                      "wrong constants otherwise."),
         remedy=remedy,
-        how_to_see=f"`qnn-debug llm-check {folder.dir}` lists them; in a compilefornpu log look for 'Not registered type' "
+        how_to_see=f"`{command_line(['llm-check', folder.dir])}` lists them; in a compilefornpu log look for 'Not registered type' "
                    "and 'Tensor usage is 0.' just before the crash",
         sources=[r.cite() for r in (S.REGISTER_QNN_OPS, S.NOT_REGISTERED, S.NO_COPY_IN_CONVERT, S.MAP_MISS_BAKES, S.BREAK_OPS,
                                     S.NPU_SUPPORT, S.C4_OFF_FOR_NPU)])]
@@ -129,7 +130,7 @@ def _int_quant(model: MnnModel, extras: MnnExtras, folder: ExportFolder) -> list
         remedy=("re-run the smooth/omni export with the fix of alibaba/MNN#4765 (keeps integer index/shape tensors and "
                 "Gather indices outside activation quantization; pending upstream), or drop these entries from "
                 "extraTensorDescribe in the model's JSON and convert it back"),
-        how_to_see=(f"`qnn-debug llm-check {folder.dir}`; with an MNN build, MNNDump2Json on llm.mnn shows them as "
+        how_to_see=(f"`{command_line(['llm-check', folder.dir])}`; with an MNN build, MNNDump2Json on llm.mnn shows them as "
                     "extraTensorDescribe entries with a quantInfo on these tensor indexes"),
         sources=[r.cite() for r in (S.PROPAGATE_QUANT, S.ONACQUIRE_QUANT)])]
 
@@ -160,7 +161,7 @@ def _mul_encoding(model: MnnModel, extras: MnnExtras, folder: ExportFolder) -> l
                          "but wrong or garbled text on the phone, while CPU is fine."),
             remedy=("re-export with the fix of alibaba/MNN#4765 (gives the Mul output its own calibrated encoding), or "
                     "remove the output's quantInfo so the Mul runs in float"),
-            how_to_see=(f"`qnn-debug llm-check {folder.dir}`; on the phone it shows as text that diverges from the CPU "
+            how_to_see=(f"`{command_line(['llm-check', folder.dir])}`; on the phone it shows as text that diverges from the CPU "
                         "reference (the llm-text command gives the first divergent token)"),
             sources=[r.cite() for r in (S.BINARY_QUANT, S.ONACQUIRE_QUANT)]))
     return out
