@@ -11,7 +11,7 @@ by the largest *signed* reference value instead (an all-negative reference then 
 reported separately as ``diff_rate_signed_max`` so the two can be told apart.
 
 This is the project's only comparator of two arrays (an import-linter contract keeps it free of engine
-imports, so every layer may call it). Speed: each chunk goes through one compiled loop
+imports, so every layer may call it; the process supervisor, a leaf, runs the compiler). Speed: each chunk goes through one compiled loop
 (``metrics_kernel.c``, built with the machine's C compiler on first use, cached per user and CPU, called
 through ctypes without the GIL): every element is read once, fp16 widened from its bits, every statistic
 accumulated in float64, nothing allocated. Where no compiler or no writable cache exists (or
@@ -72,7 +72,7 @@ def compiled_kernel() -> dict[tuple[str, str], Any] | None:
 
 
 def kernel_status() -> str:
-    """How chunks are compared in this process (for ``--version``-style reports and tests)."""
+    """How chunks are compared in this process ("compiled loop", or "numpy (why)"); setup and the bench print it."""
     return "compiled loop" if compiled_kernel() is not None else f"numpy ({_kernel['why']})"
 
 
@@ -145,9 +145,10 @@ def _build(cc: str, folder: Path, lib_path: Path) -> str:
     """Compile into a private name, then rename: concurrent first uses never see half a library."""
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        owner = folder.stat().st_uid
     except OSError as e:
         return f"cannot create {folder}: {e.strerror}"
-    if folder.stat().st_uid != _uid():
+    if owner != _uid():
         return f"{folder} belongs to another user"
     from .. import process  # the one way the project starts a child (the compiler's whole tree is stopped)
 
