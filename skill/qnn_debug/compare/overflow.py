@@ -132,13 +132,16 @@ def find_overflow(ops: list[OpNode], rows: Mapping[str, TensorRow], maxima: Mapp
 
 def _find(ops: list[OpNode], rows: Mapping[str, TensorRow], maxima: Mapping[str, float], reference: Run,
           target: Run, model_nodes: Mapping[str, Any] | None, limit: float) -> Overflow | None:
+    first = first_overflows(((op.name, op.inputs, op.outputs) for op in ops if op.op_type not in CONSTANT_OPS),
+                            maxima, limit)
+    if not first:  # the usual case: no op leaves the range, so the graph maps below are not needed
+        return None
     by_name = {op.name: op for op in ops}
     consumers: dict[str, list[OpNode]] = {}
     for op in ops:
         for i in op.inputs:
             consumers.setdefault(i, []).append(op)
-    origins = [(by_name[n], t) for n, t in first_overflows(
-        ((op.name, op.inputs, op.outputs) for op in ops if op.op_type not in CONSTANT_OPS), maxima, limit)]
+    origins = [(by_name[n], t) for n, t in first]
     unsafe = [n for n, m in maxima.items() if m > FP16_MAX]
     producer = {o: op for op in ops for o in op.outputs}
     for op, tensor in origins:

@@ -111,12 +111,15 @@ def first_overflows(ops: Iterable[tuple[str, tuple[str, ...], tuple[str, ...]]],
     """(op, tensor) where the reference *leaves* the range ``limit`` (fp16's 65504, or HTP's 131008): an output
     beyond it whose float inputs are all inside it. ``ops`` are (name, inputs, outputs) in execution order;
     tensors without a maximum (not float, not captured) count as inside."""
-    found = []
+    beyond = {name for name, m in maxima.items() if m > limit}
+    found: list[tuple[str, str]] = []
+    if not beyond:  # the usual case: nothing leaves the range, so no op needs looking at
+        return found
     for name, inputs, outputs in ops:
-        if any(maxima.get(i, 0.0) > limit for i in inputs):
+        if not beyond.isdisjoint(inputs):
             continue
         for out in outputs:
-            if maxima.get(out, 0.0) > limit:
+            if out in beyond:
                 found.append((name, out))
                 break
     return found
