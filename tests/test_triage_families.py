@@ -177,6 +177,7 @@ STRUCTURE = [
     ("fastrpc_mmap failed for fd 12 (0x8000040e)", "vtcm_or_memory"),
     # '<verb> failed' + the QNN object that failed
     ("Cannot deserialize the context binary model_ctx.onnx", "sdk_version_or_lib_mismatch"),
+    ("runtime could not find an implementation for the EPContext node ctx_0", "sdk_version_or_lib_mismatch"),
     ("unable to open backend library libQnnGpu.so", "device_lib_missing_or_load_failure"),
     ("could not prepare the HTP graph for decoder_2", "finalize_failed_1002"),
     ("error while executing graph prefill_3 on the NPU", "execute_failed_6000"),
