@@ -82,6 +82,21 @@ async def test_input_schema_is_the_request_model_and_output_schema_the_result(tm
             assert result_props <= set(out["properties"]), name
 
 
+async def test_job_result_publishes_every_long_result_model(tmp_path: Path) -> None:
+    """job_result serves every long tool, so its `result` is one of their result models, each described."""
+    async with connect(tmp_path, "auto") as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    out = tools["job_result"].output_schema
+    assert out is not None
+    options = out["properties"]["result"]["anyOf"]
+    published = {o["$ref"].rsplit("/", 1)[1] for o in options if "$ref" in o}
+    long_results = {operation(op_name).result for op_name, _ in TOOL_OPERATIONS.values() if operation(op_name).long}
+    assert {m.__name__ for m in long_results} <= published
+    for model in long_results:
+        described = out["$defs"][model.__name__]
+        assert set(model.model_json_schema().get("properties", {})) <= set(described["properties"]), model.__name__
+
+
 async def test_an_engine_error_raised_in_the_worker_keeps_its_class_and_hint(tmp_path: Path) -> None:
     async with connect(tmp_path, "auto") as client:
         result = await client.call_tool("triage_log", {})  # neither log_text nor log_path: the runner refuses

@@ -6,7 +6,7 @@ long tool answers ``LongToolAnswer[Result]``, so its output schema describes ``r
 
 from __future__ import annotations
 
-from typing import Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -49,13 +49,35 @@ class JobInfo(BaseModel):
     next_step: str
 
 
+class JobResultSchema:
+    """Publishes ``JobOutcome.result`` as one of the long operations' result models (which one: ``tool``).
+
+    The value itself stays the result document the job kept (a compare's rows already trimmed to ``top``):
+    nothing is re-validated or dropped; only the schema says what it holds."""
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> Any:
+        from typing import Union
+
+        from pydantic import TypeAdapter
+
+        from qnn_debug.api import OPERATIONS, operation
+
+        operation("triage")  # loads the registry
+        results = tuple(dict.fromkeys(op.result for op in OPERATIONS.values() if op.long))
+        union: Any = Union[results]  # noqa: UP007 (a runtime tuple of models)
+        schema = handler(TypeAdapter(union | None).core_schema)
+        schema["description"] = ("the engine's result once the job succeeded: the result model of the tool named in "
+                                 "`tool` (the same document the tool returns inline)")
+        return schema
+
+
 class JobOutcome(BaseModel):
     """A finished (or still running) job and, when it succeeded, the engine's result document."""
 
     job_id: str
     tool: str
     state: JobState
-    result: dict[str, Any] | None = Field(None, description="the engine's JSON result (same as the tool returns inline)")
+    result: Annotated[dict[str, Any] | None, JobResultSchema()] = None
     error: ErrorInfo | None = None
     report_uri: str | None = Field(None, description="resource URI of the run report, when the result has one")
     next_step: str
