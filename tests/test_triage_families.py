@@ -238,3 +238,12 @@ def test_enum_and_code_tables_cover_every_family() -> None:
     assert enum_category("QNN_PROPERTY_NOT_SUPPORTED") == "sdk_version_or_lib_mismatch"
     assert enum_category("QNN_COMMON_ERROR_GENERAL") == ""  # only the sentence around it can tell
     assert code_category(14001) == "device_lib_missing_or_load_failure"
+
+
+@pytest.mark.parametrize("log, category", [
+    ("QnnDsp <E> graph finalize failed 1002", "finalize_failed_1002"),
+    ("[qnn] finalizing the graph failed with status 1002", "finalize_failed_1002"),
+])
+def test_words_naming_what_failed_outrank_a_bare_status_number_on_a_tie(log: str, category: str) -> None:
+    """1002 alone reads as MEM_ALLOC; next to 'graph finalize failed' the words name what failed."""
+    assert triage_log(text=log).category == category

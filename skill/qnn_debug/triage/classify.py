@@ -336,9 +336,12 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
     # Where a known wording already decides (a category at min_score), structure only reinforces; where none does,
     # structure decides.
     struct_weight = structure.weight_when_worded if any(v >= db.min_score for v in scores.values()) else structure.weight
+    number_only: set[str] = set()  # categories read only from a bare status number, not from any words
+    read_from_words: set[str] = set()
     for hit in scan.structure.results():
         if hit.line in worded_lines:
             continue  # a known wording already read this line (and weighed it): its structure adds nothing
+        (number_only if hit.rule.startswith("code:") else read_from_words).add(hit.category)
         add(hit.category, struct_weight, hit.line, f"log structure ({hit.rule}): {hit.why} (source: {hit.source})")
         evidence.append(Evidence(line=hit.line, text=hit.text, signature=f"structure:{hit.rule}", category=hit.category))
     for frame in scan.frames:
@@ -375,7 +378,10 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         warnings.extend(scan.case_warnings)
     if "skip-check" in scan.clue_hits:
         warnings.append("ModuleBasic printed 'Skip check': nothing was compared for that output, so success means nothing.")
-    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], first_line.get(kv[0], 0)))
+    # On a tie, what failed in words ("graph finalize failed 1002": the finalize) outranks what the bare number
+    # alone would name (1002 = MEM_ALLOC): the number says how it failed, the words say what failed.
+    number_only -= read_from_words | worded
+    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0] in number_only, first_line.get(kv[0], 0)))
     failures = [(c, s) for c, s in ranked if c != "other"]
     if failures and failures[0][1] >= db.min_score:
         category, top = failures[0]
