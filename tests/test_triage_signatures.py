@@ -74,3 +74,23 @@ def test_playbooks_cover_the_required_items() -> None:
                  "Can't Find type=32 backend", "Not registered type", "Failed to open QNN libs", "SDK version",
                  "first failing", "fp16", "quantization", "Rotary", "Gather", "registerQNNOps", "VTCM"):
         assert item in text, item
+
+
+def test_every_triage_step_runs_as_printed_with_its_variables_explained() -> None:
+    """A tool's line has no bare placeholder word: what only the user knows is a quoted "$NAME", and the step's
+    `why` says what to set it to."""
+    import shlex
+
+    from qnn_debug.triage import triage_log
+
+    db = load_signatures()
+    for tool, line in db.tools.items():
+        words = shlex.split(line)
+        assert words[0] == "qnn-debug", tool
+        assert not [w for w in words[1:] if re.fullmatch(r"[A-Z][A-Z_]+", w)], (tool, line)
+        for name in re.findall(r'"\$([A-Z_]+)"', line):
+            assert name in db.variables, (tool, name)
+    result = triage_log(text="QnnDsp <E> graph finalize failed 1002")
+    for step in result.next_steps:
+        for name in re.findall(r'"\$([A-Z_]+)"', step.cli):
+            assert f"set {name} to " in step.why, step

@@ -423,7 +423,7 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
             continue  # never ask for a backtrace the user already gave
         if has_op_steps and s.tool == "lookup_op_constraints" and s.cli is None:
             continue  # the concrete `qnn-debug op <name>` steps above replace the generic one
-        steps.append(NextStep(tool=s.tool, cli=s.cli or db.tools[s.tool], why=s.why))
+        steps.append(_tool_step(db, s.tool, s.cli or db.tools[s.tool], s.why))
     return TriageResult(
         source=label,
         category=category,
@@ -551,3 +551,10 @@ def _frame_facts(frames: list[Frame]) -> list[str]:
         text += "; known MNN frames: " + ", ".join(f"#{f.number} {f.function}" for f in known[:5])
     return [text + " (no need to ask for another backtrace)"]
 
+
+
+def _tool_step(db: SignatureDB, tool: str, cli: str, why: str) -> NextStep:
+    """A step whose line runs as printed: each ``"$NAME"`` in it is explained in ``why`` (what to set it to)."""
+    names = list(dict.fromkeys(re.findall(r'"\$([A-Z_]+)"', cli)))
+    settings = "; ".join(f"set {n} to {db.variables[n]}" for n in names if n in db.variables)
+    return NextStep(tool=tool, cli=cli, why=f"{why.rstrip('.')} ({settings})" if settings else why)

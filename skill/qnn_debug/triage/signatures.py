@@ -143,6 +143,7 @@ class SignatureDB(BaseModel):
     about: str
     min_score: float
     tools: dict[str, str]
+    variables: dict[str, str] = Field(default_factory=dict)  # "$NAME" in a tool's line -> what to set it to
     categories: dict[str, CategorySpec]
     noise: list[Noise]
     signatures: list[Signature]
