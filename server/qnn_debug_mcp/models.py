@@ -60,10 +60,9 @@ class JobResultSchema:
 
         from pydantic import TypeAdapter
 
-        from qnn_debug.api import OPERATIONS, operation
+        from qnn_debug.api import all_operations
 
-        operation("triage")  # loads the registry
-        results = tuple(dict.fromkeys(op.result for op in OPERATIONS.values() if op.long))
+        results = tuple(dict.fromkeys(op.result for op in all_operations() if op.long))
         union: Any = Union[results]  # noqa: UP007 (a runtime tuple of models)
         schema = handler(TypeAdapter(union | None).core_schema)
         schema["description"] = ("the engine's result once the job succeeded: the result model of the tool named in "

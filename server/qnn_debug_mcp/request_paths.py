@@ -17,7 +17,7 @@ from typing import Any
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel
 
-from qnn_debug.api.fields import PathRole, ServerSet, marker
+from qnn_debug.api.fields import PathRole, ServerSet, marker, path_fields
 
 from .config import ServerConfig
 from .errors import tool_error
@@ -55,7 +55,7 @@ def needs_workspace(model: type[BaseModel]) -> bool:
 def confine(ctx: Context, ws: Workspace, request: BaseModel) -> BaseModel:
     """``request`` with every path field resolved and confined, and its output folder claimed."""
     request = _confine_inputs(ctx, ws, request, prefix="")
-    outs = {n: f for n, f in type(request).model_fields.items() if (r := marker(f, PathRole)) is not None and r.role == "out"}
+    outs = [n for n, role in path_fields(type(request)).items() if role.role == "out"]
     if not outs:
         return request
     default = request.default_out()  # type: ignore[attr-defined]

@@ -63,10 +63,10 @@ def flatten_message(text: str, limit: int = 600) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def error_from_dict(doc: dict[str, Any], *, default: type[QnnDebugError] | None = None) -> QnnDebugError:
+def error_from_dict(doc: dict[str, Any]) -> QnnDebugError:
     """Rebuild the error another process sent with :meth:`QnnDebugError.to_dict`: the same class (by ``type``),
-    message, hint and details. An unknown class name becomes ``default`` (a :class:`TargetError`) with its kind kept."""
-    cls = ERROR_CLASSES.get(str(doc.get("type") or ""), default or TargetError)
+    message, hint and details. An unknown class name becomes a :class:`TargetError` with its kind kept."""
+    cls = ERROR_CLASSES.get(str(doc.get("type") or ""), TargetError)
     details = doc.get("details")
     err = cls(str(doc.get("message") or "the engine failed"), hint=doc.get("hint"),
               details=details if isinstance(details, dict) else {})

@@ -64,6 +64,12 @@ def operation(name: str) -> Operation:
     return op
 
 
+def all_operations() -> list[Operation]:
+    """Every registered operation, in registration order (not named `operations`: that is the registry submodule)."""
+    _load_registry()
+    return list(OPERATIONS.values())
+
+
 def parse_request(op: Operation, data: BaseModel | Mapping[str, Any]) -> BaseModel:
     """``data`` as ``op``'s request model; a field that does not validate is a :class:`BadInputError` naming it."""
     if isinstance(data, op.request):
