@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, Field
 
 from .mnn.models import ModuleBasicReport
 
 
+class AdbDevice(BaseModel):
+    """One line of ``adb devices -l``."""
+
+    serial: str
+    state: str = Field(description="device, unauthorized, offline, no permissions, recovery, ...")
+    details: dict[str, str] = Field(default_factory=dict, description="model, product, device, transport_id")
+
+
 class DevicesResult(BaseModel):
-    devices: list[dict[str, Any]]
+    devices: list[AdbDevice]
     ready: list[str] = Field(default_factory=list)
 
 

@@ -24,7 +24,7 @@ def list_devices(*, adb: str = "adb", timeout: float = 30.0) -> DevicesResult:
     from .device.adb import Adb
 
     devices = Adb(adb=adb, timeout=timeout).devices()
-    return DevicesResult(devices=[d.model_dump() for d in devices], ready=[d.serial for d in devices if d.state == "device"])
+    return DevicesResult(devices=devices, ready=[d.serial for d in devices if d.state == "device"])
 
 
 def probe(*, serial: str | None = None, adb: str = "adb", mnn_dir: str | None = None, mode: str = "offline",

@@ -22,20 +22,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from .. import process
+from ..device_models import AdbDevice
 from ..errors import BadInputError, DeviceError
 
 DEFAULT_TIMEOUT = 60.0
 DEVICE_BASE = "/data/local/tmp/qnn-debug"
 _SAFE_SERIAL = re.compile(r"^[A-Za-z0-9._:\-\[\]@]+$")
-
-
-class AdbDevice(BaseModel):
-    serial: str
-    state: str  # device, unauthorized, offline, no permissions, recovery, ...
-    details: dict[str, str] = Field(default_factory=dict)  # model, product, device, transport_id
 
 
 class ShellResult(BaseModel):
