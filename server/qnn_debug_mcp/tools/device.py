@@ -15,7 +15,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from qnn_debug.device.probe import ProbeResult
-from qnn_debug.device_models import DevicesResult
+from qnn_debug.device_models import AdbDevice, DevicesResult
 
 from ..config import ServerConfig
 from ..publish import OpTool, model_stem, publish
@@ -42,16 +42,10 @@ ModuleBasic itself always exits 0, so read the status here. Give a `testdir` (in
 txt files; see toggle_shapeMutable) or a `baseline` directory for inputs and references."""
 
 
-class Device(BaseModel):
-    serial: str
-    state: str = Field(description="device (ready), unauthorized, offline, no permissions, ...")
-    details: dict[str, str] = Field(default_factory=dict)
-
-
 class DeviceList(BaseModel):
     """The engine's device list, typed, plus what to call next."""
 
-    devices: list[Device]
+    devices: list[AdbDevice]
     ready: list[str] = Field(description="serials in state 'device', usable now")
     next_step: str
 
@@ -67,7 +61,7 @@ def device_list(result: BaseModel) -> DeviceList:
     ready = list(result.ready)
     step = ("call probe_device with one of the ready serials" if ready else
             "connect a phone with USB debugging on (or accept its RSA prompt) and call list_devices again")
-    return DeviceList(devices=[Device.model_validate(d) for d in result.devices], ready=ready, next_step=step)
+    return DeviceList(devices=list(result.devices), ready=ready, next_step=step)
 
 
 def summarize_list(answer: DeviceList) -> str:
