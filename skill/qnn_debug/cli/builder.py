@@ -119,7 +119,7 @@ def op_command(name: str, op_name: str, human: Human | None = None, *, help_text
         json_value = kwargs.pop("json_out")
         as_json = json_flag.to_stdout(json_value)
         try:
-            request = _request(op, flags, kwargs, json_flag.fields(json_value))
+            request = _request(op, name, flags, kwargs, json_flag.fields(json_value))
             with cli_progress(enabled=progress(request, as_json)) as bars:
                 result = op.run(request, bars)
         except QnnDebugError as e:
@@ -141,7 +141,8 @@ def op_command(name: str, op_name: str, human: Human | None = None, *, help_text
     return command
 
 
-def _request(op: Operation, flags: dict[str, CliField], typed: dict[str, Any], extra: dict[str, Any]) -> BaseModel:
+def _request(op: Operation, command: str, flags: dict[str, CliField], typed: dict[str, Any],
+             extra: dict[str, Any]) -> BaseModel:
     payload: dict[str, Any] = dict(extra)
     spread: dict[str, Any] = {}
     for name, value in typed.items():
@@ -158,11 +159,12 @@ def _request(op: Operation, flags: dict[str, CliField], typed: dict[str, Any], e
     try:
         return parse_request(op, payload)
     except BadInputError as e:
-        raise _flag_error(e, op, flags) from None
+        raise _flag_error(e, command, flags) from None
 
 
-def _flag_error(err: BadInputError, op: Operation, flags: dict[str, CliField]) -> BadInputError:
-    """A request field's validation error in the command line's words (the flag, not the field)."""
+def _flag_error(err: BadInputError, command: str, flags: dict[str, CliField]) -> BadInputError:
+    """A request field's validation error in the command line's words (the flag and the command as typed, which
+    is not always the operation's name: ``op`` runs ``op_lookup``, ``probe`` runs ``probe_device``)."""
     where = str(err.details.get("field", ""))
     f = flags.get(where.split(".")[0])
     if f is None:
@@ -173,7 +175,7 @@ def _flag_error(err: BadInputError, op: Operation, flags: dict[str, CliField]) -
                              details=err.details)
     reason = err.message.split(": ", 2)[-1]
     value = f" {err.details['input']!r}" if "input" in err.details else ""
-    return BadInputError(f"invalid {f.flag}{value}: {reason}", hint=f"see qnn-debug {op.name.replace('_', '-')} --help",
+    return BadInputError(f"invalid {f.flag}{value}: {reason}", hint=f"see qnn-debug {command} --help",
                          details=err.details)
 
 
