@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 PLAYBOOKS = REPO / "playbooks"
 DATA = REPO / "skill" / "qnn_debug" / "data"
 TABLE = PLAYBOOKS / "sources.md"
-ROW = re.compile(r"^\| (?P<id>[CSA]\d+) \| (?P<claim>.+?) \| (?P<where>.+?) \| (?P<source>.+) \|$")
+ROW = re.compile(r"^\| (?P<id>[CSA]\d+[a-z]?) \| (?P<claim>.+?) \| (?P<where>.+?) \| (?P<source>.+) \|$")
 WHERE = re.compile(r'(?P<file>[\w./-]+): "(?P<words>[^"]+)"')
 CITATION = re.compile(r"\.(?:cpp|hpp|h|py|md):\d+|:\d+-\d+|alibaba/MNN(?:#| PR #)\d+|PR #\d+|measured|tests/test_\w+\.py|Makefile")
 KNOWLEDGE_FILES = ("qnn_op_knowledge.json", "mnn_optypes.json", "qnn_error_codes.json")
@@ -48,7 +48,11 @@ def _text_of(name: str) -> str:
 
 
 def _rows() -> list[dict[str, str]]:
-    rows = [m.groupdict() for line in TABLE.read_text(encoding="utf-8").splitlines() if (m := ROW.match(line))]
+    lines = [line for line in TABLE.read_text(encoding="utf-8").splitlines()
+             if line.startswith("| ") and not line.startswith("| # |")]
+    unread = [line for line in lines if not ROW.match(line)]
+    assert not unread, f"rows the check cannot read: {unread}"
+    rows = [m.groupdict() for line in lines if (m := ROW.match(line))]
     assert len(rows) >= 30, "the table lost its rows"
     return rows
 
