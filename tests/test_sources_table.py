@@ -142,3 +142,9 @@ def test_stridedslice_facts_put_the_4716_crash_on_the_data_input() -> None:
     assert "data input" in notes and "does not help" in notes
     rope = " ".join(f.text for f in lookup_op_constraints(306).facts)
     assert "#4716" in rope and "re-export" in rope
+
+
+def test_top_level_help_names_the_global_root_option() -> None:
+    """SKILL.md says the CLI takes ``--root``; a reader of ``qnn-debug --help`` must find it there too."""
+    res = CliRunner().invoke(app, ["--help"])
+    assert res.exit_code == 0 and "--root DIR" in " ".join(res.stdout.split())
