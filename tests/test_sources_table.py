@@ -88,16 +88,17 @@ def _sentences() -> list[tuple[str, str]]:
              if p.name != "sources.md"}
     texts.update({n: _flat(" ".join(_strings(json.loads((DATA / n).read_text(encoding="utf-8")))))
                   for n in KNOWLEDGE_FILES})
-    return [(name, s) for name, text in texts.items() for s in re.split(r"(?<=[.;:])\s+|\s+—\s+|\s+-\s+", text)]
+    return [(name, s) for name, text in texts.items() for s in re.split(r"(?<=[.;:])\s+", text)]
 
 
 NEGATION = re.compile(r"\bnot\b|\bNOT\b|\bno\b|\bnever\b|instead|does not help|\bnor\b", re.I)
 OLD_ADVICE = {
     "slice ranges blamed for #4716": re.compile(r"4716.*(?:begin/end|ranges)|(?:begin/end|ranges).*4716"),
     "precision High as an fp32 path": re.compile(r"precision\W*(?:=\s*)?High\b.*\bfp32|\bfp32\b.*precision\W*High\b", re.I),
-    "chunk_size and the graph count": re.compile(r"chunk_size\b.*\b(?:changes|sets|controls|decides)\b.*\b(?:number|count)\b"),
+    "chunk_size and the graph count": re.compile(
+        r"chunk_size\b.*\b(?:changes|sets|controls|decides)\b.*\b(?:number|count)\b|chunks? means? more graphs"),
     "Gather/Rotary keep float": re.compile(r"(?:Gather|Rotary).*keep\w* float", re.I),
-    "broadcast error as noise": re.compile(r"Broad cast error.*\bnoise\b"),
+    "broadcast error as noise": re.compile(r"Broad cast error.*\bnoise\b|\bnoise\b.*Broad cast error"),
 }
 
 
@@ -113,9 +114,9 @@ def test_corrected_advice_is_only_ever_stated_as_wrong(advice: str) -> None:
 def test_the_detector_catches_the_old_wordings() -> None:
     old = {"slice ranges blamed for #4716": "begin/end/stride are read without null checks, the path of the #4716 crash",
            "precision High as an fp32 path": "use precision=High to run the graph in fp32",
-           "chunk_size and the graph count": "--chunk_size sets the number of prefill graphs",
+           "chunk_size and the graph count": "--chunk_size sets the prefill graph size; more chunks mean more graphs",
            "Gather/Rotary keep float": "Gather/Rotary inputs keep float activations",
-           "broadcast error as noise": "Broad cast error lines are harmless noise"}
+           "broadcast error as noise": "Is it the known LLM-export noise? Broad cast error, dim1 = 4, dim2 = 0"}
     for advice, sentence in old.items():
         assert OLD_ADVICE[advice].search(sentence) and not NEGATION.search(sentence), advice
 
