@@ -81,6 +81,8 @@ def test_skill_installs_the_mnn_wheel_the_project_is_tested_with() -> None:
     skill = (REPO / "SKILL.md").read_text(encoding="utf-8")
     assert f"pip install --no-deps MNN=={pinned.group(1)}" in skill
     assert set(re.findall(r"MNN==([\d.]+)", skill)) == {pinned.group(1)}
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert set(re.findall(r"MNN==([\d.]+)", readme)) == {pinned.group(1)}
 
 
 def _sentences() -> list[tuple[str, str]]:
