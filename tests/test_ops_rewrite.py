@@ -33,3 +33,22 @@ def test_suggestions_are_unique_and_next_steps_run() -> None:
     assert op_next_step("ReduceSumSquare") == ("qnn-debug op ReduceSumSquare --probe",
                                                "look up its QNN/HTP constraints and probe it alone on the HTP simulator")
     assert op_next_step("NoSuchOp") is None and op_next_step("bad name; rm") is None
+
+
+@pytest.mark.parametrize(("op", "probed"), [("Conv2d", "Conv"), ("DepthWiseConv2d", "Conv"), ("StridedSlice", "Slice"),
+                                            ("ElementWiseAdd", "Add"), ("Interp", "Resize"), ("Softmax", "Softmax")])
+def test_a_probe_builds_the_onnx_op_that_emits_the_named_op_first(op: str, probed: str) -> None:
+    from qnn_debug.ops.lookup import probe_target
+
+    assert probe_target(lookup_op_constraints(op)) == probed
+    assert op_next_step(op) == (f"qnn-debug op {op} --probe",
+                                "look up its QNN/HTP constraints and probe it alone on the HTP simulator")
+
+
+@pytest.mark.parametrize("op", ["Dequantize", "Quantize", "Int8ToFloat"])
+def test_an_op_only_emitted_inside_another_is_not_probed_as_that_other_op(op: str) -> None:
+    """QNN Dequantize is also emitted by a quantized Convolution: probing a Conv would answer another question."""
+    assert op_next_step(op) == (f"qnn-debug op {op}", "look up its QNN/HTP constraints and MNN's mapping (no ONNX op to probe)")
+    with pytest.raises(BadInputError) as e:
+        lookup_op_constraints(op, probe=True)
+    assert "nothing to probe" in e.value.message

@@ -17,7 +17,7 @@ class ErrorInfo(BaseModel):
     """Why a job failed: the engine's message and what to do next."""
 
     type: str | None = Field(None, description="the engine error's class, e.g. BadInputError, UnsupportedOnTargetError")
-    kind: str = Field(description="bad_input, target_failure, device_failure, unsupported_nodes, timeout, internal")
+    kind: str = Field(description="bad_input, target_failure, device_failure, unsupported_nodes, missing_dependency, timeout, internal")
     message: str
     hint: str | None = None
     details: dict[str, Any] | None = Field(None, description="e.g. QNN's own `reasons` and the rejected `nodes`")

@@ -57,6 +57,32 @@ class DeviceError(TargetError):
     kind = "device_failure"
 
 
+class MissingDependencyError(TargetError):
+    """A package the engine runs on is not installed in this Python (e.g. MNN's wheel, which is installed apart)."""
+
+    kind = "missing_dependency"
+
+
+# import name -> how to install it into the environment the engine runs in (MNN without its dependencies: its
+# scripts install packages at run time)
+INSTALL_COMMANDS = {
+    "MNN": "pip install --no-deps MNN==3.6.1",
+    "onnxruntime": "pip install onnxruntime-qnn",
+    "onnx": "pip install onnx",
+    "numpy": "pip install numpy",
+}
+
+
+def missing_dependency(e: ImportError) -> MissingDependencyError | None:
+    """``ModuleNotFoundError`` for a package we depend on, as an error that says what to install; None otherwise."""
+    top = (getattr(e, "name", None) or "").split(".")[0]
+    if not isinstance(e, ModuleNotFoundError) or top not in INSTALL_COMMANDS:
+        return None
+    return MissingDependencyError(f"the Python package {top!r} is not installed in the environment the engine runs in",
+                                  hint=f"install it there ({INSTALL_COMMANDS[top]}; `make setup` does it in a "
+                                       "checkout) and run the command again", details={"module": top})
+
+
 def flatten_message(text: str, limit: int = 600) -> str:
     """Native messages (ORT, QNN, MNN) span lines and tabs; an error message must be one readable line."""
     flat = " ".join(text.split())
@@ -78,5 +104,6 @@ def error_from_dict(doc: dict[str, Any]) -> QnnDebugError:
 
 ERROR_CLASSES: dict[str, type[QnnDebugError]] = {
     cls.__name__: cls
-    for cls in (QnnDebugError, BadInputError, TargetError, UnsupportedOnTargetError, DeviceError)
+    for cls in (QnnDebugError, BadInputError, TargetError, UnsupportedOnTargetError, DeviceError,
+                MissingDependencyError)
 }

@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from ..errors import BadInputError, QnnDebugError, flatten_message
+from ..errors import BadInputError, QnnDebugError, flatten_message, missing_dependency
 from ..fs import os_error, set_roots
 from . import commands  # noqa: F401  (registers the commands on the app)
 from .app import app
@@ -77,6 +77,8 @@ def unexpected(e: Exception) -> QnnDebugError:
     """An exception no command handled, as a typed error (hostile input must never give a traceback)."""
     if isinstance(e, OSError):
         return os_error(e, e.filename or "?", "file")
+    if isinstance(e, ImportError) and (missing := missing_dependency(e)) is not None:
+        return missing
     if isinstance(e, MemoryError | RecursionError | OverflowError):
         return BadInputError(f"the input is too large or too deeply nested ({type(e).__name__})",
                              hint="pass smaller inputs; check the files for damage")

@@ -164,16 +164,38 @@ def _add_sdk(result: OpConstraints, index: SdkIndex) -> None:
 
 def _run_probe(result: OpConstraints, shapes: list[str], attrs: list[str] | dict[str, Any], soc_model: int,
                opset: int, timeout: float, progress: Progress) -> Any:
-    onnx_op = result.onnx_ops[0] if result.onnx_ops else None
+    onnx_op = probe_target(result)
     if onnx_op is None:
-        raise BadInputError(f"no ONNX op to probe for {result.query!r}",
-                            hint="probe with an ONNX op name instead, e.g. `qnn-debug op Conv --probe`")
+        near = ", ".join(result.onnx_ops[:4])
+        raise BadInputError(f"no ONNX op builds {result.query!r} on its own, so there is nothing to probe for it",
+                            hint=(f"probe the ONNX op of your model that emits it (one of: {near}), e.g. "
+                                  f"`qnn-debug op {result.onnx_ops[0]} --probe`") if near else
+                                 "probe with an ONNX op name instead, e.g. `qnn-debug op Conv --probe`")
     defaults = knowledge()["probe_defaults"].get(onnx_op, {})
     specs: list[InputSpec] = [parse_input_spec(s) for s in (shapes or defaults.get("inputs") or ["1x8x16x16"])]
     parsed: dict[str, Any] = dict(attrs) if isinstance(attrs, dict) else dict(parse_attr(a) for a in attrs)
     if not attrs:
         parsed = {k: v for k, v in (parse_attr(f"{k}={v}") for k, v in defaults.get("attrs", {}).items())}
     return probe_op(onnx_op, specs, parsed, soc_model=soc_model, opset=opset, timeout=timeout, progress=progress)
+
+
+def probe_target(result: OpConstraints) -> str | None:
+    """The ONNX op whose one-node graph exercises ``result.query`` on the simulator, or None.
+
+    An ONNX or MNN name probes its own (first) ONNX op. A QNN op name probes only an ONNX op whose MNN op emits
+    that QNN op FIRST: QNN ``Dequantize`` is also emitted by the quantized path of Convolution, and probing a Conv
+    for it would answer a question nobody asked."""
+    onnx_map: dict[str, list[str]] = knowledge()["onnx_to_mnn"]
+    by_name = next((o for o in result.onnx_ops if o.lower() == result.query.lower()), None)
+    if by_name:
+        return by_name
+    if "mnn" in result.kinds and result.mnn:  # the query's own OpType comes first in result.mnn
+        own = result.mnn[0].optype
+        found = next((o for o, mnn in onnx_map.items() if own in mnn), None)
+        if found or "qnn" not in result.kinds:
+            return found
+    primary = {m.optype for m in result.mnn if m.qnn_ops[:1] and m.qnn_ops[0].lower() == result.query.lower()}
+    return next((o for o, mnn in onnx_map.items() if primary & set(mnn)), None)
 
 
 def op_next_step(op: str) -> tuple[str, str] | None:
@@ -188,7 +210,7 @@ def op_next_step(op: str) -> tuple[str, str] | None:
         result = _resolve(op, None)
     except BadInputError:
         return None
-    if result.onnx_ops:
+    if probe_target(result) is not None:
         return (f"qnn-debug op {op} --probe",
                 "look up its QNN/HTP constraints and probe it alone on the HTP simulator")
     return (f"qnn-debug op {op}", "look up its QNN/HTP constraints and MNN's mapping (no ONNX op to probe)")

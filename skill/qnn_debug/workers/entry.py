@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ..errors import QnnDebugError
+from ..errors import QnnDebugError, missing_dependency
 from ..progress import Progress, json_lines_sink
 
 
@@ -40,6 +40,11 @@ def main(argv: list[str]) -> int:
         payload = {"result": result}
     except QnnDebugError as e:
         payload = {"error": e.to_dict()}
+    except ModuleNotFoundError as e:
+        known = missing_dependency(e)
+        if known is None:
+            traceback.print_exc()
+        payload = {"error": known.to_dict()} if known else _error("target_failure", "TargetError", f"{type(e).__name__}: {e}", None)
     except RecursionError:
         payload = _error("bad_input", "BadInputError", "the input is nested too deeply", "pass a flatter input")
     except MemoryError:
