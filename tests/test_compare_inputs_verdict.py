@@ -79,6 +79,10 @@ def test_baseline_on_other_data_blames_the_input_not_a_downstream_op(mnn_fixture
     assert steps[1]["tool"] == "compare" and steps[1]["cli"].startswith('qnn-debug compare "$NEW_BASELINE"')
     assert "--mnn-model" in steps[1]["cli"]
     assert steps[2]["tool"] == "toggle_shapeMutable" and "toggle-shape-mutable" in steps[2]["cli"]
+    # the .mnn given with --mnn-model is named as given, not left as a "$MNN_MODEL" to fill in
+    assert all("$MNN_MODEL" not in s["cli"] for s in steps), [s["cli"] for s in steps]
+    assert str(mnn_fixtures / "test.mnn") in steps[1]["cli"] and str(mnn_fixtures / "test.mnn") in steps[3]["cli"]
+    assert out["mnn_model"] == str(mnn_fixtures / "test.mnn")
 
 
 @pytest.mark.parametrize("source", ["npz", "testdir"])

@@ -177,7 +177,7 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
         warnings.append(f"local error not computed: {located.local_note}")
     result = CompareResult(
         reference=str(ref.dir), target=str(target.dir), target_kind=target_kind,
-        floor=str(side.floor.dir) if side.floor is not None else None, model=model_path,
+        floor=str(side.floor.dir) if side.floor is not None else None, model=model_path, mnn_model=mnn_model,
         precision=target.record.precision, first_failing=decision.first,
         verdict=wording.verdict(decision, findings, th), tensors=sorted(measured.all_rows, key=lambda r: r.position),
         observer_effect_db=target.record.observer_effect_db, unaligned=aligned.unaligned,

@@ -127,6 +127,7 @@ class CompareResult(BaseModel):
     target_kind: str  # "run" | "mnn-dump" | "npz"
     floor: str | None = None
     model: str | None = None
+    mnn_model: str | None = Field(default=None, description="the target's .mnn that was read (given or found), if any")
     precision: str | None = None  # of the target run
     first_failing: FirstFailing | None = None
     verdict: Verdict

@@ -324,6 +324,10 @@ def _model(r: CompareResult) -> Arg:
     return r.model if r.model else MODEL
 
 
+def _mnn_model(r: CompareResult) -> Arg:
+    return r.mnn_model if r.mnn_model else MNN_MODEL
+
+
 def _is_htp_sim(r: CompareResult) -> bool:
     """Only htp-sim runs measure the observer effect (they also keep the unmarked outputs)."""
     return r.target_kind == "run" and r.observer_effect_db is not None
@@ -406,7 +410,7 @@ def _precision_mnn(r: CompareResult) -> list[NextStep]:
     No step suggests MNN ``precision=High`` as an fp32 check: on HTP the QNN graph is fp16 either way (graph
     precision FLOAT16 in MNN's QNN backend, ``fp16_relaxed_precision`` in the offline path)."""
     return [
-        step("run_on_device", ["run", MNN_MODEL, "--target", "device", "--forward", "cpu", "--precision", "low",
+        step("run_on_device", ["run", _mnn_model(r), "--target", "device", "--forward", "cpu", "--precision", "low",
                                "--baseline", _baseline_dir(r)],
              "Get a device-side fp16 floor by running the .mnn on the phone's CPU in fp16: an error of the same size "
              "there is fp16, not a wrong op (precision high is no fp32 check on HTP: its graph precision stays "
@@ -481,7 +485,7 @@ def _input_not_copied_steps(r: CompareResult) -> list[NextStep]:
     steps = []
     mismatch = r.verdict.evidence.get("input_mismatch")
     if isinstance(mismatch, dict):
-        mnn: list[Arg] = ["--mnn-model", MNN_MODEL] if r.target_kind == "mnn-dump" else []
+        mnn: list[Arg] = ["--mnn-model", _mnn_model(r)] if r.target_kind == "mnn-dump" else []
         steps.append(step("baseline", ["baseline", _model(r), "--inputs", TESTDIR, "--out", NEW_BASELINE],
                           f"Rebuild the baseline from the inputs the device used (the MNN test dir, or an .npz of "
                           f"{mismatch.get('input')!r} as it was fed)."))
@@ -493,7 +497,7 @@ def _input_not_copied_steps(r: CompareResult) -> list[NextStep]:
     steps.append(step("toggle_shapeMutable", ["toggle-shape-mutable", TESTDIR, "--value", "false"],
                       f"{first} shapeMutable to false in the MNN test dir the run used; why online QNN needs it, and "
                       f"the other shape traps: {SHAPE_MUTABLE}."))
-    steps.append(step("run_on_device", ["run", MNN_MODEL, "--testdir", TESTDIR],
+    steps.append(step("run_on_device", ["run", _mnn_model(r), "--testdir", TESTDIR],
                       "Run the test dir again with shapeMutable false, then compare again."))
     return steps
 
