@@ -165,6 +165,42 @@ def test_unsupported_op_fails_instead_of_falling_back(tmp_path: Path) -> None:
     assert (tmp_path / "htp" / "logs" / "htp_worker.log").exists()  # kept for triage
 
 
+def _slice_by_graph_input(tmp_path: Path, *, decoder: bool) -> Path:
+    """x[:, start:start+4] with ``start`` a graph input (as llmexport's logits_index picks the last token), then a
+    Relu; node names carry /layers.0/ for the decoder-shaped variant."""
+    from onnx import TensorProto, helper
+
+    prefix = "/layers.0" if decoder else "/head"
+    nodes = [helper.make_node("Add", ["start", "four"], ["end"], name=f"{prefix}/End"),
+             helper.make_node("Slice", ["x", "start", "end", "axes"], ["s"], name=f"{prefix}/Slice"),
+             helper.make_node("Relu", ["s"], ["y"], name=f"{prefix}/Relu")]
+    graph = helper.make_graph(
+        nodes, "slice_by_input",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16]),
+         helper.make_tensor_value_info("start", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[helper.make_tensor("four", TensorProto.INT64, [1], [4]),
+                     helper.make_tensor("axes", TensorProto.INT64, [1], [1])])
+    path = tmp_path / ("decoder.onnx" if decoder else "head.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize("decoder", [True, False])
+def test_a_slice_fed_by_a_graph_input_names_that_input_and_how_to_narrow(tmp_path: Path, decoder: bool) -> None:
+    from qnn_debug.targets.qnn_ep import create_session, provider_options
+
+    model = _slice_by_graph_input(tmp_path, decoder=decoder)
+    with pytest.raises(UnsupportedOnTargetError) as e:
+        create_session(str(model), provider_options(69, None))
+    err = e.value
+    fed = err.details["runtime_fed_inputs"]
+    assert fed and fed[0]["slot"] == "starts" and fed[0]["graph_inputs"] == ["start"], err.details
+    assert "takes its starts from graph input(s) start at run time" in (err.hint or "")
+    step = "qnn-debug localise-blocks" if decoder else "qnn-debug bisect"
+    assert f"`{step} {model}" in (err.hint or ""), err.hint
+
+
 def test_bad_requests_are_refused_before_running(tmp_path: Path) -> None:
     model = tmp_path / "small.onnx"
     onnx.save(small_cnn(), str(model))

@@ -115,7 +115,7 @@ def create_session(model: bytes | str, options: dict[str, str], *, disabled_opti
         session = ort.InferenceSession(model, **kwargs)
     except Exception as e:
         log = take_log()
-        raise _creation_error(str(e), log) from None
+        raise _creation_error(str(e), log, model) from None
     session.disable_fallback()
     assignment = []
     for sg in session.get_provider_graph_assignment_info():
@@ -123,11 +123,16 @@ def create_session(model: bytes | str, options: dict[str, str], *, disabled_opti
     log = take_log()
     cpu_nodes = [n for a in assignment if a["provider"] != "QNNExecutionProvider" for n in a["nodes"]]
     if cpu_nodes:
+        from .runtime_fed import narrowing_hint, runtime_fed_inputs
+
+        names = [n["name"] for n in cpu_nodes]
+        fed = runtime_fed_inputs(model, names)
         raise UnsupportedOnTargetError(
             f"{len(cpu_nodes)} node(s) would run on CPU, not QNN: "
             + ", ".join(f"{n['name']} ({n['op_type']})" for n in cpu_nodes[:20]),
-            hint=f"replace or decompose these ops; see {_op_step(cpu_nodes[0]['op_type'])}",
-            details={"nodes": cpu_nodes, "reasons": _reasons(log)},
+            hint=narrowing_hint(fed, names, model) if fed else
+            f"replace or decompose these ops; see {_op_step(cpu_nodes[0]['op_type'])}",
+            details={"nodes": cpu_nodes, "reasons": _reasons(log), "runtime_fed_inputs": [f.model_dump() for f in fed]},
         )
     return QnnSessionInfo(session=session, options=options, assignment=assignment, log=log)
 
@@ -151,7 +156,7 @@ _FAILED_NODE = re.compile(r"Operator type: (\S+) Node name: (\S+)")
 _REASON = re.compile(r"REASON : (.+?)(?:\n|$)")
 
 
-def _creation_error(message: str, log: list[str]) -> TargetError:
+def _creation_error(message: str, log: list[str], model: bytes | str | None = None) -> TargetError:
     reasons = _reasons(log)
     if "assigned to the default CPU EP" in message or reasons:
         text = "\n".join(reasons)
@@ -160,12 +165,18 @@ def _creation_error(message: str, log: list[str]) -> TargetError:
         summary = (f"{len(nodes)} node(s): " + ", ".join(f"{n} ({t})" for n, t in nodes[:10])) if nodes else message.splitlines()[-1]
         if why:
             summary += " — " + "; ".join(why[:3])
+        from .runtime_fed import narrowing_hint, runtime_fed_inputs
+
+        names = [n for n, _ in nodes]
+        fed = runtime_fed_inputs(model, names) if model is not None and names else []
+        hint = (narrowing_hint(fed, names, model) if fed and model is not None else
+                f"see details.reasons for QNN's own words; {_op_step(nodes[0][1] if nodes else None)} lists the op's "
+                "constraints")
         return UnsupportedOnTargetError(
             "QNN cannot run every node of this model and CPU fallback is forbidden: " + flatten_message(summary),
-            hint=f"see details.reasons for QNN's own words; {_op_step(nodes[0][1] if nodes else None)} lists the op's "
-            "constraints",
+            hint=hint,
             details={"nodes": [{"name": n, "op_type": t} for n, t in nodes], "reasons": reasons,
-                     "ort_error": message[-2000:]},
+                     "ort_error": message[-2000:], "runtime_fed_inputs": [f.model_dump() for f in fed]},
         )
     return TargetError(
         f"QNN session creation failed: {flatten_message(message.splitlines()[-1]) if message else 'unknown error'}",
