@@ -324,3 +324,10 @@ def test_a_final_name_planted_as_a_link_in_a_claimed_folder_is_replaced(confined
         fs.open_new(out / "report.json")
     fs.release_dir(out)
     assert not fs.is_claimed(out)
+
+
+def test_an_empty_path_is_refused_as_empty_not_read_as_the_working_directory() -> None:
+    with pytest.raises(BadInputError, match="no log file path given"):
+        fs.check("", what="log file", kind="file")
+    cli = subprocess.run([sys.executable, "-m", "qnn_debug", "triage", ""], capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 2 and "no log file path given" in cli.stderr and "is a directory" not in cli.stderr

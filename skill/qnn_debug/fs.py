@@ -116,6 +116,8 @@ def os_error(e: OSError, path: str | os.PathLike[str], what: str) -> BadInputErr
 
 
 def _check_name(path: str, what: str) -> None:
+    if not path.strip():  # "" would otherwise resolve to the working directory
+        raise BadInputError(f"no {what} path given (it is empty)", hint=f"pass the path of the {what}")
     if "\x00" in path:
         raise BadInputError(f"{what} path contains a NUL byte", hint="pass a normal file path")
     encoded = os.fsencode(path)
