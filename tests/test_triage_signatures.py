@@ -26,8 +26,10 @@ def test_every_signature_matches_its_own_example_and_its_anchor_gates_it() -> No
     db = load_signatures()
     for sig in db.signatures:
         assert sig.regex.search(sig.example), sig.id
-        if not sig.needs_non_ascii:
+        if not sig.needs_non_ascii and not sig.head_only:
             assert any(a in sig.example for a in sig.anchors), sig.id
+        if sig.before is not None:  # the example's text before the hit satisfies the signature's own context check
+            assert any(sig.context_ok(sig.example, m.start()) for m in sig.regex.finditer(sig.example)), sig.id
         assert sig.source and sig.why
     for noise in db.noise:
         assert noise.regex.search(noise.example), noise.id

@@ -36,7 +36,8 @@ log, logcat, crash backtrace) as `log_text`, or a log file inside the workspace 
 execute failed 6000 — with `Tensor usage is 1.` usually shapeMutable —, op validation
 3110/0xc26, op not registered, missing libs, export crash, wrong numbers), confidence, the
 evidence lines, decoded error codes, the playbook to read (`playbook_uri`) and the next
-tools to call."""
+tools to call. `basis` says what decided it (signature, words, structure, none); when
+`low_confidence` is true, `low_confidence_reason` says what would settle it."""
 
 LOOKUP = """Look up what MNN's QNN backend does with an op and what Qualcomm's HTP accepts: the QNN
 op(s) MNN emits for it (or that it has no QNN implementation and falls back to CPU), its
@@ -67,7 +68,9 @@ def triage_answer(result: BaseModel) -> TriageAnswer:
 
 
 def summarize_triage(answer: TriageAnswer) -> str:
-    summary = f"{answer.category} (confidence {answer.confidence:.2f}): {answer.title}"
+    summary = f"{answer.category} (confidence {answer.confidence:.2f}, basis {answer.basis}): {answer.title}"
+    if answer.low_confidence:
+        summary += f"; LOW CONFIDENCE: {answer.low_confidence_reason}"
     return summary + (f"; read {answer.playbook_uri}" if answer.playbook_uri else "")
 
 

@@ -13,7 +13,9 @@ from .builder import op_command
 
 def human_triage(r: Any, request: Any) -> None:
     out = sys.stdout
-    out.write(f"{r.category}  (confidence {r.confidence:.2f}) — {r.title}\n")
+    out.write(f"{r.category}  (confidence {r.confidence:.2f}, read from {r.basis}) — {r.title}\n")
+    if r.low_confidence:
+        out.write(f"LOW CONFIDENCE: {r.low_confidence_reason}\n")
     out.write(f"playbook: {r.playbook}\n")
     for k in r.known_cases:
         out.write(f"known case {k.date} (line {k.line}): {k.cause}\n  fix: {k.fix}\n")

@@ -23,7 +23,7 @@ from ..errors import BadInputError
 from .backtrace import Frame, known_frames, parse_frames
 from .cases import CASE_BOOST, CaseMatcher, read_cases
 from .commands import STEP_MARKERS, CommandLine, command_facts, ended_cleanly, find_commands
-from .models import Evidence, Hypothesis, NextStep, NoiseHit, TriageResult, TriageStats
+from .models import Basis, Evidence, Hypothesis, NextStep, NoiseHit, TriageResult, TriageStats
 from .signatures import Signature, SignatureDB, load_signatures
 from .structure import StructureScan, rules
 
@@ -40,7 +40,40 @@ _GENERIC_ANCHORS = (b"rror", b"RROR", b"ail", b"AIL", b"egmentation")
 _FRAME_HINT = re.compile(rb"(?m)^\s*(?:\*\s*)?(?:frame\s+)?#\d")
 _COMMAND_ANCHORS = (b"llmexport", b"generate_llm_qnn", b"compilefornpu", b"MNN2QNNModel", b"npu_convert", b"generateIO")
 MAX_COMMANDS = 20
+HEAD_CHARS = 256 * 1024  # head_only signatures (the reporter's prose, a pasted answer) read only this much of the log
 STOPPED_WEIGHT = 3.0
+SURVIVED_FACTOR = 0.3  # weight left to a warning-level hit once a later failure of another category stopped the run
+CRASH_AFTER_ERROR_FACTOR = 0.5  # weight left to a crash that follows a clear error of another category
+WORDS_AGAINST_LOG_FACTOR = 0.5  # weight left to the reporter's words when the log's own lines already name a failure
+LOW_CONFIDENCE = 0.45
+WORDS_ONLY_CONFIDENCE = 0.6
+# Log levels as runtimes print them: [W]/[WARNING], <W> (QNN), W/tag and "date time pid tid W tag" (logcat),
+# W1207 (glog), [W:onnxruntime (ORT), Python's WARNING:/UserWarning:; the error levels likewise.
+_LEVEL_PREFIX = r"^\s*(?:[\d:.\-/T]+\s+){0,4}"
+_SURVIVED_LEVEL = re.compile(r"(?i:\[(?:w|warn|warning|i|info|d|debug|v|verbose)\])|<[WIDV]>|(?<![\w/])[WIDV]/\w|\[[WIV]:"
+                             r"|\bWARN(?:ING)?\b|[Ww]arning:|\bINFO\b|" + _LEVEL_PREFIX + r"[WIDV]\s|^\s*[WI]\d{4} ", re.MULTILINE)
+_ERROR_LEVEL = re.compile(r"(?i:\[(?:e|err|error|f|fatal)\])|<[EF]>|(?<![\w/])[EF]/\w|\[[EF]:|\bERROR\b|\bFATAL\b"
+                          r"|" + _LEVEL_PREFIX + r"[EF]\s|^\s*[EF]\d{4} ", re.MULTILINE)
+
+# Words with which a line says the run goes on past it ("Can't Find type=5 backend, use 0 instead", "falling back").
+_CARRIES_ON = re.compile(r"(?i)\b(?:use \w+ instead|instead\W*$|falling back|fall(?:s|ing)? ?back (?:to|on)|will (?:retry|try|use|fall)"
+                         r"|retrying|continuing|skipping|ignored|ignoring it)\b")
+
+
+@dataclass
+class _Vote:
+    """One piece of evidence's weight for one category: where it is, what kind of reading it is, its log level."""
+
+    category: str
+    weight: float
+    line: int
+    last: int
+    reason: str
+    kind: str  # signature, words, hint, frame, structure
+    survived: bool
+    crash: bool = False
+    text: str = ""
+    rule: str = ""
 
 
 @dataclass
@@ -176,7 +209,7 @@ def _clean(raw: bytes) -> tuple[str, int]:
 def _scan_chunks(scan: _Scan, chunks: Iterator[bytes]) -> None:
     sigs = scan.db.signatures
     context_literals = {lit for s in sigs for lit in s.requires_any}
-    anchors = {a: a.encode("utf-8") for s in sigs for a in s.anchors}
+    anchors = {a: a.encode("utf-8") for s in sigs if not s.head_only for a in s.anchors}
     anchors.update({a: a.encode("utf-8") for n in scan.db.noise for a in n.anchors})
     # Each absent anchor costs a full scan of the chunk, so anchors that are not ASCII (Chinese words) are only
     # looked for in chunks that are not pure ASCII: they cannot occur in one.
@@ -199,7 +232,16 @@ def _scan_chunks(scan: _Scan, chunks: Iterator[bytes]) -> None:
             if (ascii_only and not lit.isascii()) or lit.encode("utf-8") not in raw:
                 continue
             scan.context_seen.add(lit)
+        head: str | None = None
         for sig in sigs:
+            if sig.head_only:
+                if base != 0 or (sig.needs_non_ascii and ascii_only):
+                    continue
+                if head is None:
+                    cut = text.find("\n", HEAD_CHARS)
+                    head = text if cut < 0 else text[: cut + 1]
+                _match(scan, sig, head, base)
+                continue
             if sig.needs_non_ascii:
                 if ascii_only or (sig.prefilter and not sig.prefilter_regex.search(text)):
                     continue
@@ -301,48 +343,64 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
     scores: dict[str, float] = {}
     first_line: dict[str, int] = {}
     reasons: dict[str, list[str]] = {}
+    kinds: dict[str, set[str]] = {}
     evidence: list[Evidence] = []
     groups: list[tuple[Signature, dict[str, str]]] = []
+    votes: list[_Vote] = []
     for sid, state in scan.sig.items():
         sig = by_id[sid]
         if sig.requires_any and not (set(sig.requires_any) & scan.context_seen):
             continue
-        scores[sig.category] = scores.get(sig.category, 0.0) + sig.weight
-        first = min(e[0] for e in state.evidence)
-        first_line[sig.category] = min(first_line.get(sig.category, first), first)
-        reasons.setdefault(sig.category, []).append(f"{sig.why} ({state.count}x; source: {sig.source})")
+        lines = [e[0] for e in state.evidence]
+        votes.append(_Vote(sig.category, sig.weight, min(lines), max(lines), f"{sig.why} ({state.count}x; source: {sig.source})",
+                           "words" if sig.basis == "words" else "signature",
+                           all(_survived(text) for _n, text, _g in state.evidence)))
         for line_no, line, g in state.evidence:
             evidence.append(Evidence(line=line_no, text=line, signature=sig.id, category=sig.category))
             if g:
                 groups.append((sig, g))
     for noise in db.noise:
         if noise.hint_category and noise.id in scan.noise_count:
-            cat = noise.hint_category
-            scores[cat] = scores.get(cat, 0.0) + noise.hint_weight
-            first_line[cat] = min(first_line.get(cat, scan.noise_first[noise.id]), scan.noise_first[noise.id])
-            reasons.setdefault(cat, []).append(f"weak hint: {noise.why} ({scan.noise_count[noise.id]}x; source: {noise.source})")
+            at = scan.noise_first[noise.id]
+            votes.append(_Vote(noise.hint_category, noise.hint_weight, at, at, f"weak hint: {noise.why} "
+                               f"({scan.noise_count[noise.id]}x; source: {noise.source})", "hint", False))
+    for cat, weight, at_line, reason in _frame_scores(scan.frames):
+        votes.append(_Vote(cat, weight, at_line, at_line, reason, "frame", False))
     warnings = _warnings(scan)
+    # The reporter's words do not stop structure from reading the same line (only a known wording does).
+    worded_lines = {e.line for e in evidence if by_id[e.signature].basis != "words"}
+    struct_hits = [h for h in scan.structure.results() if h.line not in worded_lines]
+    for h in struct_hits:
+        votes.append(_Vote(h.category, 1.0, h.line, h.line, f"log structure ({h.rule}): {h.why} (source: {h.source})",
+                           "structure", _survived(h.text), crash=h.rule == "crash", text=h.text, rule=h.rule))
+    _weigh_by_the_rule_book(votes)
 
-    def add(cat: str, weight: float, line: int, reason: str) -> None:
+    def add(cat: str, weight: float, line: int, reason: str, kind: str) -> None:
         scores[cat] = scores.get(cat, 0.0) + weight
         first_line[cat] = min(first_line.get(cat, line), line)
         reasons.setdefault(cat, []).append(reason)
+        if weight > 0:
+            kinds.setdefault(cat, set()).add(kind)
 
-    for cat, weight, at_line, reason in _frame_scores(scan.frames):
-        add(cat, weight, at_line, reason)
-    worded = set(scores)  # categories some signature, noise hint or known frame speaks for
     structure = rules()
-    worded_lines = {e.line for e in evidence}
     # Where a known wording already decides (a category at min_score), structure only reinforces; where none does,
-    # structure decides.
-    struct_weight = structure.weight_when_worded if any(v >= db.min_score for v in scores.values()) else structure.weight
+    # structure decides. The reporter's words are not a known wording.
+    known: dict[str, float] = {}
+    for v in votes:
+        if v.kind in ("signature", "hint", "frame"):
+            known[v.category] = known.get(v.category, 0.0) + v.weight
+    struct_weight = structure.weight_when_worded if any(w >= db.min_score for w in known.values()) else structure.weight
+    for v in votes:
+        if v.kind == "structure":
+            v.weight *= struct_weight
+    _weigh_words(votes, db.min_score)
+    for v in votes:
+        add(v.category, v.weight, v.line, v.reason, v.kind)
+    worded = {v.category for v in votes if v.kind != "structure"}  # categories some signature, words, hint or frame speaks for
     number_only: set[str] = set()  # categories read only from a bare status number, not from any words
     read_from_words: set[str] = set()
-    for hit in scan.structure.results():
-        if hit.line in worded_lines:
-            continue  # a known wording already read this line (and weighed it): its structure adds nothing
+    for hit in struct_hits:
         (number_only if hit.rule.startswith("code:") else read_from_words).add(hit.category)
-        add(hit.category, struct_weight, hit.line, f"log structure ({hit.rule}): {hit.why} (source: {hit.source})")
         evidence.append(Evidence(line=hit.line, text=hit.text, signature=f"structure:{hit.rule}", category=hit.category))
     for frame in scan.frames:
         if frame.known:
@@ -350,7 +408,7 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
                                      signature=f"frame:{frame.known}", category=_frame_category(frame.known)))
     hits = scan.cases.hits()
     for case in hits:
-        add(case.category, CASE_BOOST, case.line, f"past case {case.date}: {case.cause} (cases file)")
+        add(case.category, CASE_BOOST, case.line, f"past case {case.date}: {case.cause} (cases file)", "case")
         evidence.append(Evidence(line=case.line, text=f"matches past case: {case.match}"[:EVIDENCE_TEXT_CHARS],
                                  signature="cases-file", category=case.category))
     in_export = scan.export_marker or bool(scan.commands)
@@ -362,7 +420,7 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         add("convert_segfault", scores["unsupported_op_not_registered"], first_line["unsupported_op_not_registered"],
             "an op without a QNN creator inside a convert run falls back to CPU with no copy inserted and the next QNN "
             "op bakes its output as a constant (source: alibaba/MNN@4d40bdb source/core/WrapExecution.cpp:22, "
-            "QNNBackend.cpp:1621-1627)")
+            "QNNBackend.cpp:1621-1627)", "signature")
     strong = [s for c, s in scores.items() if c != "other" and s >= db.min_score]
     tail_text = [line for _, line in scan.tail]
     stopped = in_export and not strong and not ended_cleanly(tail_text)
@@ -370,7 +428,7 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         last = scan.tail[-1][0] if scan.tail else scan.lines
         add("convert_segfault", STOPPED_WEIGHT, last,
             "the export/convert log stops without an end marker or an error line: most likely a crash whose last lines "
-            "were lost in the pipe buffer, or a kill")
+            "were lost in the pipe buffer, or a kill", "structure")
         warnings.append("The log stops without a crash line or an end marker: the last lines were probably lost in the "
                         "pipe buffer (or the process was killed). Re-run the failing command under `stdbuf -o0` (or "
                         "`gdb --args <command>`, then `bt`) and triage that log.")
@@ -387,13 +445,17 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         category, top = failures[0]
         second = failures[1][1] if len(failures) > 1 else 0.0
         confidence = (1 - math.exp(-top / 6)) * top / (top + second)
-        if category not in worded and not hits:
-            confidence = min(confidence, structure.structure_only_confidence)
-            warnings.append("No known wording matched: this answer rests on the log's structure alone (a QNN status, "
-                            "the object that failed, a crash), so treat it as a lead with low confidence, not a diagnosis.")
     else:
         category = "other"
         confidence = 0.5 if "other" in scores else 0.2
+    basis = _basis(kinds.get(category, set()))
+    if basis == "structure":
+        confidence = min(confidence, structure.structure_only_confidence)
+        warnings.append("No known wording matched: this answer rests on the log's structure alone (a QNN status, "
+                        "the object that failed, a crash), so treat it as a lead with low confidence, not a diagnosis.")
+    elif basis == "words":
+        confidence = min(confidence, WORDS_ONLY_CONFIDENCE)
+    low_reason = _low_confidence_reason(basis, confidence, stopped and category == "convert_segfault")
     if not evidence:
         evidence = [Evidence(line=n, text=t, signature="generic-error-line", category="other") for n, t in scan.generic]
         evidence = evidence or [Evidence(line=n, text=t, signature="log-tail", category="other") for n, t in scan.tail]
@@ -429,6 +491,9 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         category=category,
         title=title,
         confidence=round(min(confidence, 0.99), 2),
+        basis=basis,
+        low_confidence=low_reason is not None,
+        low_confidence_reason=low_reason,
         playbook=spec.playbook,
         hypotheses=hypotheses,
         evidence=evidence[:MAX_EVIDENCE],
@@ -443,6 +508,87 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         stats=TriageStats(lines=scan.lines, bytes=scan.bytes, seconds=round(seconds, 3),
                           undecodable_fraction=round(scan.bad_bytes / max(scan.bytes, 1), 4)),
     )
+
+
+def _weigh_by_the_rule_book(votes: list[_Vote]) -> None:
+    """Rules 1 and 2 of the labelling rule book, on the log's own lines (structure weights are still factors here).
+
+    Rule 2: a hit logged only at warning/info level (or saying the run carries on: "use 0 instead", "falling back")
+    weighs little once a failure of another category follows it. Rule 1: a crash that follows a clear error of
+    another category is what the error caused; the error keeps the label.
+    """
+    log_votes = [v for v in votes if v.kind not in ("hint", "words")]
+    stops = [(v.category, v.line) for v in log_votes if not v.survived]
+    for v in votes:
+        if v.kind == "words":
+            continue
+        if v.survived and any(c != v.category and at > v.last for c, at in stops):
+            v.weight *= SURVIVED_FACTOR
+            v.reason += " [a warning the run went on from: a later failure stopped it]"
+        elif v.crash and any(c not in (v.category, "other") and at < v.line for c, at in stops):
+            v.weight *= CRASH_AFTER_ERROR_FACTOR
+            v.reason += " [the crash follows an earlier error, which keeps the label]"
+
+
+def _weigh_words(votes: list[_Vote], min_score: float) -> None:
+    """The reporter's words are a hint: they decide only where the log's own lines do not.
+
+    One statement said three ways is one piece of evidence (only the heaviest words vote per category); words that
+    restate a category the log already shows add nothing; words against a failure the log itself shows weigh half.
+    """
+    log: dict[str, float] = {}
+    for v in votes:
+        if v.kind not in ("words", "hint") and v.category != "other":
+            log[v.category] = log.get(v.category, 0.0) + v.weight
+    best: dict[str, _Vote] = {}
+    for v in votes:
+        if v.kind == "words" and (v.category not in best or v.weight > best[v.category].weight):
+            best[v.category] = v
+    log_decides = any(w >= min_score for w in log.values())
+    for v in votes:
+        if v.kind != "words":
+            continue
+        if best[v.category] is not v or log.get(v.category, 0.0) > 0:
+            v.weight = 0.0
+        elif log_decides:
+            v.weight *= WORDS_AGAINST_LOG_FACTOR
+
+
+def _basis(kinds: set[str]) -> Basis:
+    """What decided the category: a known wording beats the reporter's words, which beat structure alone."""
+    if kinds & {"signature", "frame", "case"}:
+        return "signature"
+    if "words" in kinds:
+        return "words"
+    if "structure" in kinds:
+        return "structure"
+    return "none"
+
+
+def _low_confidence_reason(basis: Basis, confidence: float, stopped: bool) -> str | None:
+    """Why the answer is only a lead, and what would settle it (None when a known wording decided it clearly)."""
+    if stopped:
+        return ("the log stops without a crash line or an end marker: re-run the command under `stdbuf -o0` (or "
+                "`gdb --args <command>`, then `bt`) and triage that log")
+    if basis == "none":
+        return ("nothing in the text names a failure: give the full stdout+stderr of the failing run (2>&1), or "
+                "logcat on Android, and the command that was run")
+    if basis == "structure":
+        return ("no known wording matched: the answer rests on the log's structure alone (a QNN status, the object "
+                "that failed, a crash); check it against the evidence lines")
+    if basis == "words":
+        return ("the answer rests on the reporter's own words, not on a log line: ask for the failing run's full "
+                "output (stdout+stderr or logcat) to confirm it")
+    if confidence < LOW_CONFIDENCE:
+        return "a known wording matched, but other categories score close to it: read the other hypotheses too"
+    return None
+
+
+def _survived(line: str) -> bool:
+    """True when the line is logged at warning/info level (and at no error level), or says the run carries on."""
+    if _CARRIES_ON.search(line):
+        return True
+    return _SURVIVED_LEVEL.search(line) is not None and _ERROR_LEVEL.search(line) is None
 
 
 def _warnings(scan: _Scan) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 from ..next_step import NextStep
@@ -9,7 +11,13 @@ from .backtrace import Frame
 from .cases import KnownCase
 from .commands import CommandLine
 
-__all__ = ["Evidence", "Hypothesis", "KnownCase", "NextStep", "NoiseHit", "TriageResult", "TriageStats"]
+__all__ = ["Basis", "Evidence", "Hypothesis", "KnownCase", "NextStep", "NoiseHit", "TriageResult", "TriageStats"]
+
+
+# What decided the category: a known log wording (signature, known backtrace frame, past case), only the reporter's
+# own words (prose families), only the log's structure (a QNN status, the object that failed, a crash, a log that
+# stops), or nothing at all.
+Basis = Literal["signature", "words", "structure", "none"]
 
 
 class Evidence(BaseModel):
@@ -50,6 +58,12 @@ class TriageResult(BaseModel):
     category: str
     title: str
     confidence: float = Field(ge=0, le=1)
+    basis: Basis = Field(description=(
+        "what decided the category: 'signature' (a known log wording, backtrace frame or past case), 'words' (only the "
+        "reporter's own words, e.g. 'it crashes', '乱码'), 'structure' (only the log's grammar: a QNN status, the object "
+        "that failed, a crash, a log that stops) or 'none' (nothing names a failure)"))
+    low_confidence: bool = Field(description="true when the answer is a lead to check, not a diagnosis (see low_confidence_reason)")
+    low_confidence_reason: str | None = Field(default=None, description="why the answer is low confidence and what would settle it")
     playbook: str
     hypotheses: list[Hypothesis]
     evidence: list[Evidence]

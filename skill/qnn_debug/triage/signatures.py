@@ -11,6 +11,7 @@ import json
 import re
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -50,6 +51,12 @@ class Signature(BaseModel):
     example: str
     requires_any: list[str] = Field(default_factory=list, description="counts only if one of these occurs in the log")
     needs_non_ascii: bool = False
+    basis: Literal["signature", "words"] = Field(default="signature", description=(
+        "'words' for a family of the reporter's own prose (\"it crashes\", \"乱码\"): a hint, reported as such"))
+    head_only: bool = Field(default=False, description=(
+        "searched only in the log's first 256 KiB (where a report's prose and a pasted answer are): for the reporter's "
+        "words, whose patterns are too costly to run over a 100 MB device log, and for shapes no literal can anchor "
+        "(one token repeated); anchors are not used (256 KiB costs less than testing each anchor on every chunk)"))
     prefilter: str | None = Field(default=None, description="cheap regex that must match before the full pattern runs")
     min_value: float | None = Field(default=None, description="named group 'value' must be > this")
     max_value: float | None = Field(default=None, description="named group 'value' must be <= this")
@@ -65,8 +72,8 @@ class Signature(BaseModel):
         re.compile(self.pattern)
         if self.before is not None and not self.before.endswith("\\Z"):
             raise ValueError(f"signature {self.id}: 'before' must end with \\Z (it is matched right before the hit)")
-        if not self.anchors and not self.needs_non_ascii:
-            raise ValueError(f"signature {self.id}: needs anchors (or needs_non_ascii)")
+        if not self.anchors and not self.needs_non_ascii and not self.head_only:
+            raise ValueError(f"signature {self.id}: needs anchors (or needs_non_ascii or head_only)")
         return self
 
     @property

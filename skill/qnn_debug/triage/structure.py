@@ -188,7 +188,8 @@ class StructureScan:
             value = int(m.group("hex"), 16) if m.group("hex") else int(m.group("dec"))
             if value in r.codes and r.code_before.search(line[max(0, m.start() - 40) : m.start()]):
                 self._add(r, f"code:{value // 1000}", code_category(value), line_no, line, "codes")
-        failing = _FAIL.search(line) is not None
+        crashed = _CRASH.search(line) is not None
+        failing = _FAIL.search(line) is not None and not crashed  # a line that names a crash is read as the crash
         if _FASTRPC.search(line) and (failing or "AEE_E" in line or "0x8000" in line):
             key = "mmap_category" if _MMAP.search(line) else "category"
             self._add(r, "fastrpc", r.category("fastrpc", key), line_no, line, "fastrpc")
@@ -204,6 +205,7 @@ class StructureScan:
         imp = _PY_IMPORT.search(line)
         if imp and _PY_QNN.search(imp.group(0)):
             self._add(r, "python-module", r.category("python_module"), line_no, line, "python_module")
-        if self.crash is None and _CRASH.search(line):
+        if crashed and (self.crash is None or line_no > self.crash.line):
+            # The last crash line is kept: the crash that stopped the run (a title or the user's words may name it first).
             why, source = r.why("crash")
             self.crash = StructHit("crash", r.category("crash"), line_no, line.strip()[:300], why, source)
