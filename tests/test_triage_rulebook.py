@@ -1,0 +1,111 @@
+"""The engine follows the labelling rule book (tests/fixtures/triage_labelling.md), and says what its answer rests on.
+
+Every log below was written for this test (other runtimes' formats, other numbers); none is a corpus line.
+"""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from qnn_debug.cli import app
+from qnn_debug.triage import triage_log
+
+# Rule 2: a warning the run survives is not the failure when something later stops the run.
+SURVIVED_THEN_STOPPED = [
+    ("11-02 10:00:00.100  1200  1200 W QnnHtp  : Could not create context from binary, falling back to online prepare\n"
+     "11-02 10:00:00.300  1200  1200 I runner  : graph composed, executing\n"
+     "11-02 10:00:01.200  1200  1200 F libc    : Fatal signal 11 (SIGSEGV), code 1 (SEGV_MAPERR) in tid 1200 (qnn_runner)\n",
+     "convert_segfault"),
+    ("[W] QNN: Failed to validate context binary with err 5002, will deserialize anyway\n"
+     "[Qnn] executing graph decoder_0\n"
+     "Segmentation fault (core dumped)\n", "convert_segfault"),
+    ("2025-03-01 10:00:00.001 [W:onnxruntime:, qnn_backend_manager.cc:88] QNN API version mismatch: expected 2.20, found 2.18\n"
+     "2025-03-01 10:00:02.500 [E:onnxruntime:, qnn_model.cc:181] Failed to finalize QNN graph. Error code: 1002\n",
+     "finalize_failed_1002"),
+]
+
+
+@pytest.mark.parametrize(("log", "category"), SURVIVED_THEN_STOPPED)
+def test_a_warning_the_run_survives_gives_way_to_what_stopped_it(log: str, category: str) -> None:
+    r = triage_log(text=log)
+    assert r.category == category, r.hypotheses
+
+
+def test_a_clear_error_then_a_crash_keeps_the_errors_category() -> None:
+    """Rule 1: the error stops the run; the crash follows from it."""
+    log = ("[ERROR] QNN: Failed to create context from binary. Error 5000\n"
+           "Segmentation fault (core dumped)\n")
+    assert triage_log(text=log).category == "sdk_version_or_lib_mismatch"
+
+
+def test_a_warning_with_nothing_after_it_still_decides() -> None:
+    assert triage_log(text="[WARNING] QnnDsp <W> Failed to interpret QNN context binary. Error code 30010.\n"
+                      ).category == "sdk_version_or_lib_mismatch"
+
+
+def test_a_crash_named_in_a_title_with_another_failure_is_read_as_the_crash() -> None:
+    log = ("Segfault in the QNN runner after restoring the cache fails\n"
+           "[INFO] [Qnn ExecuTorch]: Caching: Caching is in RESTORE MODE.\n"
+           "[WARNING] [Qnn ExecuTorch]: Failed to restore context, composing graph instead\n"
+           "Segmentation fault\n")
+    assert triage_log(text=log).category == "convert_segfault"
+
+
+# The typed answer: what decided it, and whether it is a lead or a diagnosis.
+def test_basis_is_signature_for_a_known_wording() -> None:
+    r = triage_log(text="MNN_QNN: Failed to open QNN libs\n")
+    assert r.basis == "signature" and not r.low_confidence and r.low_confidence_reason is None
+
+
+def test_basis_is_structure_when_only_the_grammar_speaks() -> None:
+    r = triage_log(text="could not prepare the HTP graph for decoder_2\n")
+    assert r.basis == "structure" and r.low_confidence
+    assert r.low_confidence_reason and "structure" in r.low_confidence_reason
+
+
+def test_basis_is_words_when_only_the_reporter_speaks() -> None:
+    r = triage_log(text="My app keeps crashing as soon as the QNN delegate is attached.\n")
+    assert r.category == "convert_segfault"
+    assert r.basis == "words" and r.low_confidence
+    assert r.low_confidence_reason and "own words" in r.low_confidence_reason
+    assert r.confidence <= 0.6
+
+
+def test_basis_is_none_when_nothing_failed() -> None:
+    r = triage_log(text="loading model\nrunning 10 iterations\naverage 12.3 ms\n")
+    assert r.category == "other" and r.basis == "none" and r.low_confidence
+
+
+def test_a_stopped_export_is_low_confidence_and_says_how_to_settle_it() -> None:
+    log = "./compilefornpu llm.mnn qnn.json\nStep2: Seperate Model\nConvert for QNN, QualComn's NPU\n"
+    r = triage_log(text=log)
+    assert r.category == "convert_segfault" and r.basis == "structure" and r.low_confidence
+    assert r.low_confidence_reason and "stdbuf -o0" in r.low_confidence_reason
+
+
+def test_cli_prints_the_basis_and_a_low_confidence_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "run.log"
+    log.write_text("could not prepare the HTP graph for decoder_2\n")
+    out = CliRunner().invoke(app, ["triage", str(log)])
+    assert out.exit_code == 0, out.output
+    assert "read from structure" in out.output and "LOW CONFIDENCE:" in out.output
+    log.write_text("MNN_QNN: Failed to open QNN libs\n")
+    out = CliRunner().invoke(app, ["triage", str(log)])
+    assert "read from signature" in out.output and "LOW CONFIDENCE" not in out.output
+
+
+# The borderline readings the rule book settles.
+@pytest.mark.parametrize(("log", "category"), [
+    # a DSP queue read/write fails while a graph computes: an execution failure
+    ("llama_decode: prefill 32 tokens\nggml-hex: dspqueue_write failed: 0x0000004e\n", "execute_failed_6000"),
+    ("htp-backend: dspqueue_read returned 0x80000406 while running op MUL_MAT\n", "execute_failed_6000"),
+    # opening the queue or the session: the device/library side
+    ("ggml-hex: dspqueue_create failed: 0x0000000e\n", "device_lib_missing_or_load_failure"),
+    ("hexagon: second session failure - dspqueue_read returns error 0x0000000e on HTP2\n", "device_lib_missing_or_load_failure"),
+    # MNN without the backend of that forward type: a build without it
+    ("I MNNJNI  : Can't Find type=13 backend, use 0 instead\n", "build_error"),
+    ("Can't Find type=5 backend, use 0 instead\n", "build_error"),
+])
+def test_borderline_readings_follow_the_rule_book(log: str, category: str) -> None:
+    assert triage_log(text=log).category == category

@@ -1,0 +1,103 @@
+"""Failures told only in the reporter's words (English and Chinese), as families, not one log's sentence.
+
+Every line below was written for this test as a way people describe the failure; none is a corpus line. A family
+must catch all of them, stay silent on the negated or unrelated variants, and say that its answer rests on words.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from qnn_debug.triage import triage_log
+
+WORDS = {
+    "convert_segfault": [
+        "Whenever I load the QNN model the app crashes immediately.",
+        "onnxruntime with the QNN EP: the python process dies while the session is created",
+        "The ExecuTorch QNN runner just exits halfway through loading, no message at all",
+        "Our Android app force closes when the HTP delegate is enabled",
+        "Since switching to the NPU backend the demo keeps stopping on the phone",
+        "NPU 推理时程序直接崩溃了",
+        "用 QNN 后端一运行 app 就闪退",
+        "高通 HTP 上跑模型，跑到一半程序挂了",
+        "转换 MNN 模型到 QNN 的时候进程挂掉了",
+        "在骁龙 8 Gen 3 上用 npu 推理会奔溃",
+    ],
+    "wrong_results_accuracy": [
+        "the cpu output is correct, but the htp output is totally off",
+        "CPU works fine while the QNN delegate misses every box",
+        "Running on the NPU the accuracy drops from 76% to 12%",
+        "The QNN results differ from CPU by a large margin",
+        "With the QNN delegate all outputs are NaN",
+        "After HTP conversion the segmentation masks are pure noise",
+        "QNN gives wrong predictions for every image",
+        "QNN 跑出来精度不对",
+        "HTP 推理的结果和 CPU 不一致",
+        "CPU 上结果正常，NPU 上输出全是0",
+        "量化后放到 htp 上误差很大",
+    ],
+    "garbled_llm_output_quantization": [
+        "Llama on QNN answers with gibberish",
+        "the chat response is full of random symbols when it runs on the NPU",
+        "Qwen replies with nothing but exclamation marks after quantization",
+        "the generated text is unreadable, just special characters",
+        "Qwen3 在 NPU 上回答全是乱码",
+        "大模型在 HTP 上回答全是问号",
+        "llm 在 qnn 上胡言乱语",
+    ],
+}
+
+# Garbled text shown rather than told: the pasted answer itself is the evidence (a signature, not words).
+SHOWN = [
+    "prompt: hello\nResponse: kor kor kor kor kor kor kor kor",
+    "Answer: 的的的的的的的的的的的的",
+    "prompt> hi\nOutput: !!!!!!!!!!!!!!!!",
+    "User: what is 2+2?\nAssistant: <unk> <unk> <unk> <unk>",
+]
+
+
+@pytest.mark.parametrize(("category", "text"), [(c, t) for c, ts in WORDS.items() for t in ts])
+def test_a_failure_told_in_words_gets_its_category_and_says_it_rests_on_words(category: str, text: str) -> None:
+    r = triage_log(text=text + "\n")
+    assert r.category == category, r.hypotheses
+    assert r.basis == "words" and r.low_confidence
+
+
+@pytest.mark.parametrize("text", SHOWN)
+def test_garbled_text_shown_in_the_log_is_read(text: str) -> None:
+    r = triage_log(text=text + "\n")
+    assert r.category == "garbled_llm_output_quantization", r.hypotheses
+    assert r.basis == "signature"
+
+
+@pytest.mark.parametrize("text", [
+    "The QNN model no longer crashes after the update, thanks",
+    "It does not crash on the NPU anymore",
+    "程序没有崩溃，但是 NPU 推理很慢",
+    "the CPU output is correct and so is the HTP one",
+    "python train.py crashes on my laptop",                          # no QNN/NPU in the text
+    "The QNN chat model no longer answers with gibberish after the fix",
+    "loss: nan nan nan nan nan nan nan nan (training on the npu cluster)",  # numbers, not a stuck LLM
+])
+def test_negated_or_unrelated_words_stay_other(text: str) -> None:
+    assert triage_log(text=text + "\n").category == "other"
+
+
+def test_words_do_not_outweigh_the_logs_own_error() -> None:
+    """The reporter says it crashes; the log shows what failed first. The log's line keeps the label."""
+    log = ("The app crashes when I enable the QNN delegate\n"
+           "E/QnnDsp: graph_prepare.cc:210:ERROR:could not create op: q::Conv2d\n")
+    assert triage_log(text=log).category == "finalize_failed_1002"
+
+
+def test_the_same_statement_said_twice_is_one_vote() -> None:
+    one = triage_log(text="QNN 跑出来精度不对\n")
+    two = triage_log(text="QNN 跑出来精度不对，结果和 CPU 不一致，精度下降很多\n")
+    assert one.hypotheses[0].score == two.hypotheses[0].score
+
+
+def test_words_restating_a_crash_line_add_nothing() -> None:
+    bare = triage_log(text="starting the QNN runner\nSegmentation fault (core dumped)\n")
+    told = triage_log(text="the QNN runner crashes\nstarting the QNN runner\nSegmentation fault (core dumped)\n")
+    assert bare.category == told.category == "convert_segfault"
+    assert bare.hypotheses[0].score == told.hypotheses[0].score
