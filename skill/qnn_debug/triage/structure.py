@@ -27,10 +27,16 @@ ANCHORS = ("ail", "AIL", "rror", "RROR", "nable to", "annot", "an't", "ould not"
            "ismatch", "ncompatib", "QNN_", "AEE_", "0x8000", "egmentation", "egfault", "SIGSEGV", "SIGABRT", "SIGBUS",
            "ore dumped", "ombstone", "atal signal", "ModuleNotFoundError", "ImportError", "exit code 13",
            "not implemented", "No translation", "nknown", "段错误", "核心已转储", "EGMENTATION", "EGFAULT", "eturn",
-           "tatus", "ret", "err", "ode", "not match", "xpected")
+           "tatus", "ret", "err", "ode", "not match", "xpected", "denied", "not permitted", "EACCES", "EPERM", "no access",
+           "权限", "ccess violation", "xC0000", "xc0000", "-107374", "Signals.SIG", "atal Python error", "xit status -",
+           "xit code -")
 
+_SUCCESS = re.compile(r"(?i)\bsuccess(?:fully|ful)?\b|\bsucceed(?:ed|s)?\b|without (?:any )?(?:issues?|errors?|problems?)"
+                      r"|\bworks? (?:fine|well)\b")
+_FAIL_VERB = re.compile(r"(?i)\b(?:fail(?:ed|s|ure|ing)?|unable to|cannot|can't|can not|could not|couldn't|not able to)\b")
 _FAIL = re.compile(r"(?i)\b(?:fail(?:ed|s|ure|ing)?|unable to|cannot|can't|can not|could not|couldn't|not able to|error)\b")
 _ENUM = re.compile(r"\bQNN_(?P<family>GRAPH|CONTEXT|BACKEND|DEVICE|OP_PACKAGE|TENSOR|COMMON|PROPERTY)_(?P<rest>[A-Z0-9_]+)")
+_ENUM_BARE = re.compile(r"(?<![A-Za-z_])(?:GRAPH|CONTEXT|BACKEND|DEVICE|OP_PACKAGE|TENSOR|COMMON)_ERROR_[A-Z0-9_]+")
 _CODE = re.compile(r"\b(?:0x(?P<hex>[0-9a-fA-F]{3,4})|(?P<dec>\d{4,5}))\b")
 _FASTRPC = re.compile(r"\bAEE_E\w+|\b0x8000[0-9a-fA-F]{4}\b|\b(?:remote_\w+|rpcmem_\w+|fastrpc\w*|dspqueue_\w+|apps_dev_init"
                       r"|open_dev|I?DspTransport\w*|dlopen_ex|HAP_\w+|adsprpc|cdsprpc)")
@@ -46,7 +52,14 @@ _VERSION_BAD = re.compile(r"(?i)mismatch|incompatib|does(?:n't| not) match|\bnot
 _PY_IMPORT = re.compile(r"(?:ModuleNotFoundError|ImportError)\b[^\n]*")
 _PY_QNN = re.compile(r"(?i)qnn|qualcomm|htp|hexagon|qairt|executorch|\bmnn\b|onnxruntime")
 _CRASH = re.compile(r"(?i)segmentation fault|\bsegfault\b|\bsig(?:segv|abrt|bus|ill)\b|core dumped|\btombstone"
-                    r"|fatal signal \d+|\bsignal (?:11|6)\b|exit (?:code|status) 13[49]\b|段错误|核心已转储")
+                    r"|fatal signal \d+|\bsignal (?:11|6)\b|exit (?:code|status) 13[49]\b|段错误|核心已转储"
+                    r"|\baccess violation\b|\b0xc0000005\b|exit (?:code|status) -(?:1073741819|1073740791|11|6)\b"
+                    r"|exit status -(?:11|6)\b|Signals\.SIG(?:SEGV|ABRT|BUS|ILL)\b|Fatal Python error: (?:Segmentation|Aborted|Bus)")
+# Access to the DSP refused, and the nouns that make it the DSP's (not a file's) refusal.
+_DENIED = re.compile(r"(?i)permission denied|access (?:is )?denied|not permitted|\bEACCES\b|\bEPERM\b|\bno access\b"
+                     r"|avc:\s*denied|权限不足|没有权限|无权限|权限被拒绝?")
+_DSP_NOUN = re.compile(r"(?i)\b(?:c?dsp\w*|adsp\w*|fastrpc\w*|adsprpc|cdsprpc|rpcmem|hexagon|htp|npu|skel|domain \d|device node"
+                       r"|DspClient|(?:open_?)?session|HAL)\b|/dev/(?:fastrpc|adsprpc|cdsp|dsp)")
 
 
 @dataclass(frozen=True)
@@ -102,7 +115,7 @@ def rules(path: Path = DATA_FILE) -> Rules:
                 objects=objects, unsupported_skip=re.compile(raw["unsupported"]["skip"]), op_names=_op_names(),
                 codes=codes)
     used = [o.category for o in objects] + list(raw["enum"]["families"].values()) + [c for _r, c in raw["enum"]["reasons"]]
-    used += [out.category(k) for k in ("fastrpc", "unsupported", "version", "python_module", "crash")]
+    used += [out.category(k) for k in ("fastrpc", "unsupported", "version", "python_module", "crash", "denied")]
     used.append(out.category("fastrpc", "mmap_category"))
     bad = {c for c in used if c and c not in CATEGORIES}
     if bad:
@@ -184,12 +197,16 @@ class StructureScan:
     def _line(self, r: Rules, line: str, line_no: int) -> None:
         for m in _ENUM.finditer(line):
             self._add(r, f"enum:{m.group('family')}", enum_category(m.group(0)), line_no, line, "enum")
+        for m in _ENUM_BARE.finditer(line):
+            self._add(r, f"enum:{m.group(0).split('_ERROR_')[0]}", enum_category("QNN_" + m.group(0)), line_no, line, "enum")
         for m in _CODE.finditer(line):
             value = int(m.group("hex"), 16) if m.group("hex") else int(m.group("dec"))
             if value in r.codes and r.code_before.search(line[max(0, m.start() - 40) : m.start()]):
                 self._add(r, f"code:{value // 1000}", code_category(value), line_no, line, "codes")
         crashed = _CRASH.search(line) is not None
         failing = _FAIL.search(line) is not None and not crashed  # a line that names a crash is read as the crash
+        if failing and _SUCCESS.search(line) and not _FAIL_VERB.search(line):
+            failing = False  # "before this error, every file loaded successfully": a success, 'error' only as a noun
         if _FASTRPC.search(line) and (failing or "AEE_E" in line or "0x8000" in line):
             key = "mmap_category" if _MMAP.search(line) else "category"
             self._add(r, "fastrpc", r.category("fastrpc", key), line_no, line, "fastrpc")
@@ -200,6 +217,8 @@ class StructureScan:
         if _UNSUPPORTED.search(line) and not r.unsupported_skip.search(line) and (
                 _OP_WORD.search(line) or any(w in r.op_names for w in _CAMEL.findall(line))):
             self._add(r, "unsupported", r.category("unsupported"), line_no, line, "unsupported")
+        if _DENIED.search(line) and (_DSP_NOUN.search(line) or _FASTRPC.search(line)):
+            self._add(r, "denied", r.category("denied"), line_no, line, "denied")
         if _VERSION_NOUN.search(line) and _VERSION_BAD.search(line):
             self._add(r, "version", r.category("version"), line_no, line, "version")
         imp = _PY_IMPORT.search(line)

@@ -1,0 +1,62 @@
+"""Logs of runtimes nobody here has seen: other prefixes, Windows, logcat, JSON, Python wrappers, other spellings.
+
+Every line was written for this test (shapes such logs take, not lines copied from a report); none is a corpus line.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from qnn_debug.triage import triage_log
+
+FORMATS = [
+    # access to the DSP refused
+    ("E/FastRPC( 4120): open_dev: cannot open /dev/fastrpc-cdsp: Permission denied", "device_lib_missing_or_load_failure"),
+    ("adsprpc: no access to the cdsp device node for domain 3, falling back", "device_lib_missing_or_load_failure"),
+    ("avc: denied { read write } for name=\"fastrpc-cdsp\" dev=\"tmpfs\" scontext=u:r:untrusted_app", "device_lib_missing_or_load_failure"),
+    ("DspClient: openSession returned EACCES", "device_lib_missing_or_load_failure"),
+    ("应用调用 HTP 时报 DSP 权限不足", "device_lib_missing_or_load_failure"),
+    # status numbers as JSON fields or key=value
+    ('{"level": "error", "component": "qnn", "msg": "graph execute", "error_code": 6031}', "execute_failed_6000"),
+    ("qnn_ctx: restore done, errorCode=5005", "sdk_version_or_lib_mismatch"),
+    # status enums without their QNN_ prefix (a binding's own spelling)
+    ("RuntimeError: QnnStatus.GRAPH_ERROR_FINALIZE_FAILED while preparing decoder", "finalize_failed_1002"),
+    ("status: CONTEXT_ERROR_BINARY_VERSION", "sdk_version_or_lib_mismatch"),
+    # Windows on Snapdragon: DLLs and access violations
+    ("LoadLibraryExW failed for QnnHtp.dll: error 126", "device_lib_missing_or_load_failure"),
+    ("onnxruntime_pybind11_state: The specified module could not be found. (QnnSystem.dll)", "device_lib_missing_or_load_failure"),
+    ("Loading the QNN EP...\nProcess finished with exit code -1073741819 (0xC0000005)", "convert_segfault"),
+    ("qnn-net-run.exe: Exception thrown at 0x00007FF: Access violation reading location 0x0000000000000010.",
+     "convert_segfault"),
+    # Python's view of a crashed child
+    ("subprocess.CalledProcessError: Command '['qnn-context-binary-generator', '--backend', 'libQnnHtp.so']' died with "
+     "<Signals.SIGSEGV: 11>.", "convert_segfault"),
+    ("Fatal Python error: Segmentation fault\n  File \"executorch/backends/qualcomm/qnn_preprocess.py\", line 80", "convert_segfault"),
+    # builds: compiler and linker diagnostics, missing custom-op libraries
+    ("src/qnn/htp_ops.cpp:41:17: error: 'Qnn_OpConfigV2_t' was not declared in this scope", "build_error"),
+    ("qnn_backend.obj : error LNK2019: unresolved external symbol QnnInterface_getProviders", "build_error"),
+    ("C:\\src\\ggml-hexagon.cpp(120,5): error C2065: 'HAP_power_request': undeclared identifier", "build_error"),
+    ("RuntimeError: No such operator qaisw::fused_rms_norm (QNN export)", "build_error"),
+    ("在 Windows 上编译 MNN 的 QNN 后端编译失败", "build_error"),
+]
+
+
+@pytest.mark.parametrize(("log", "category"), FORMATS)
+def test_a_new_runtimes_format_is_read(log: str, category: str) -> None:
+    r = triage_log(text=log + "\n")
+    assert r.category == category, r.hypotheses
+
+
+@pytest.mark.parametrize("log", [
+    "Before this error, every QNN library was loaded successfully and the HTP backend was created without issues.",
+    "cp model.bin /data/local/tmp: Permission denied",          # a file, not the DSP
+    "building the QNN graph for decoder_0 (compile 12 ops)",     # a graph being built, not a build failing
+    '{"level": "info", "msg": "frames", "count": 6031}',          # a number that is no status
+])
+def test_near_misses_of_new_formats_stay_other(log: str) -> None:
+    assert triage_log(text=log + "\n").category == "other"
+
+
+def test_a_graph_compilation_failure_is_not_a_build_error() -> None:
+    r = triage_log(text="QNN graph compilation failed: could not create op q::LayerNorm\n")
+    assert r.category == "finalize_failed_1002"
