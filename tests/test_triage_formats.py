@@ -60,3 +60,18 @@ def test_near_misses_of_new_formats_stay_other(log: str) -> None:
 def test_a_graph_compilation_failure_is_not_a_build_error() -> None:
     r = triage_log(text="QNN graph compilation failed: could not create op q::LayerNorm\n")
     assert r.category == "finalize_failed_1002"
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    ("INFO: Created TensorFlow Lite delegate for QNN.\nERROR: Node number 57 (TfLiteQnnDelegate) failed to prepare.",
+     "finalize_failed_1002"),
+    ("ERROR: Node number 0 (QnnDelegateKernel) failed to invoke.", "execute_failed_6000"),
+])
+def test_tflite_delegate_node_failures(log: str, category: str) -> None:
+    assert triage_log(text=log + "\n").category == category
+
+
+def test_words_count_for_quantized_models_without_a_qnn_name() -> None:
+    """AIMET / quantization reports may never name QNN: the quantization context is enough for the words."""
+    r = triage_log(text="After AIMET QuantSim the int8 model's accuracy drops from 71% to 3%\n")
+    assert r.category == "wrong_results_accuracy" and r.basis == "words"

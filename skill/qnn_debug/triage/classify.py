@@ -572,7 +572,8 @@ def _low_confidence_reason(basis: Basis, confidence: float, stopped: bool) -> st
                 "`gdb --args <command>`, then `bt`) and triage that log")
     if basis == "none":
         return ("nothing in the text names a failure: give the full stdout+stderr of the failing run (2>&1), or "
-                "logcat on Android, and the command that was run")
+                "logcat on Android, and the command that was run; if the run stopped without a message, its last lines "
+                "may be lost in the pipe buffer: re-run it under `stdbuf -o0` (or `gdb --args <command>`, then `bt`)")
     if basis == "structure":
         return ("no known wording matched: the answer rests on the log's structure alone (a QNN status, the object "
                 "that failed, a crash); check it against the evidence lines")
