@@ -75,3 +75,39 @@ def test_words_count_for_quantized_models_without_a_qnn_name() -> None:
     """AIMET / quantization reports may never name QNN: the quantization context is enough for the words."""
     r = triage_log(text="After AIMET QuantSim the int8 model's accuracy drops from 71% to 3%\n")
     assert r.category == "wrong_results_accuracy" and r.basis == "words"
+
+
+# A QNN API call with what it returned; sizes that do not fit; binaries built for another target; metrics judged.
+MORE = [
+    ("genie-t2t-run: [QNN] QnnGraph_finalize returned 1002 for graph prompt_ar128_cl4096_1_of_4", "finalize_failed_1002"),
+    ("qnn: QnnBackend_create failed with 4001", "device_lib_missing_or_load_failure"),
+    ("runner: QnnContext_createFromBinary -> status 5000", "sdk_version_or_lib_mismatch"),
+    ("QnnDsp <E> Requested VTCM size 8 MB exceeds the available 4 MB", "vtcm_or_memory"),
+    ("htp: not enough memory to load the weights of graph 3", "vtcm_or_memory"),
+    ("java.lang.OutOfMemoryError: Failed to allocate a 536870912 byte allocation (QNN model load)", "vtcm_or_memory"),
+    ("lowmemorykiller: Kill 'com.example.llm' (12345), adj 0, to free 1900000kB", "vtcm_or_memory"),
+    ("[ERROR] QnnDsp <E> Context binary was generated with a newer QNN version (2.28) than the runtime (2.22)",
+     "sdk_version_or_lib_mismatch"),
+    ("The context binary was compiled for soc model 57 but the device reports 69", "sdk_version_or_lib_mismatch"),
+    ("QNN HTP output SQNR vs CPU is only 3 dB", "wrong_results_accuracy"),
+    ("The cosine similarity between HTP and CPU outputs is 0.12", "wrong_results_accuracy"),
+    ("max abs diff between QNN and onnxruntime CPU output: 45.3", "wrong_results_accuracy"),
+    ("ERROR: No matching distribution found for qai-hub-models[llama]", "build_error"),
+    ("Response: ,,,,,,,,,,,,,,,,,,,,,,,,,", "garbled_llm_output_quantization"),
+]
+
+
+@pytest.mark.parametrize(("log", "category"), MORE)
+def test_calls_sizes_targets_and_metrics_are_read(log: str, category: str) -> None:
+    r = triage_log(text=log + "\n")
+    assert r.category == category, r.hypotheses
+
+
+@pytest.mark.parametrize("log", [
+    "QNN HTP: cosine similarity vs CPU 0.9993, SQNR 41.2 dB",        # a healthy comparison
+    "QnnGraph_finalize returned 0 for graph decoder_0",              # success status
+    "QNN: VTCM size set to 8 MB for graph decoder_0",                # a setting, nothing exceeded
+    "model compiled for soc model 57 (SM8650), running on SM8650",   # same target, no 'but'
+])
+def test_healthy_calls_sizes_targets_and_metrics_stay_other(log: str) -> None:
+    assert triage_log(text=log + "\n").category == "other"

@@ -29,7 +29,8 @@ ANCHORS = ("ail", "AIL", "rror", "RROR", "nable to", "annot", "an't", "ould not"
            "not implemented", "No translation", "nknown", "段错误", "核心已转储", "EGMENTATION", "EGFAULT", "eturn",
            "tatus", "ret", "err", "ode", "not match", "xpected", "denied", "not permitted", "EACCES", "EPERM", "no access",
            "权限", "ccess violation", "xC0000", "xc0000", "-107374", "Signals.SIG", "atal Python error", "xit status -",
-           "xit code -")
+           "xit code -", "xceed", "not enough", "nsufficient", "too large", "too big", "larger than", "greater than",
+           "out of", "cos", "COS", "Cos", "SQNR", "SNR", "abs", "compiled", "generated", "built", "newer", "older")
 
 _SUCCESS = re.compile(r"(?i)\bsuccess(?:fully|ful)?\b|\bsucceed(?:ed|s)?\b|without (?:any )?(?:issues?|errors?|problems?)"
                       r"|\bworks? (?:fine|well)\b")
@@ -47,7 +48,18 @@ _OP_WORD = re.compile(r"(?i)\b(?:ops?|operators?|nodes?|layers?|dtypes?|data ?ty
                       r"|u?int(?:4|8|16|32|64)|float(?:16|32|64)?|fp(?:8|16|32)|bf16|bool|QNN_DATATYPE_\w+|aten\.\w+)\b")
 _CAMEL = re.compile(r"\b[A-Z][A-Za-z0-9]+\b")
 _VERSION_NOUN = re.compile(r"(?i)\b(?:versions?|ABI|BinaryInfo|build ?id|lib id|API)\b")
+_API_CALL = re.compile(r"\bQnn(?P<call>[A-Z][a-z]+_[a-z]\w*)\b[^\n]{0,60}?(?:return\w*|fail\w*|error|err|status|=|:)"
+                       r"(?:\W{0,4}(?:with|code|error|err|status|value|of))*\W{0,4}(?P<code>0x[0-9a-fA-F]+|\d+)\b")
+_CAPACITY_NOUN = re.compile(r"(?i)\b(?:VTCM|TCM|memory|RAM|heap|buffers?|spill ?fill)\b")
+_CAPACITY_BAD = re.compile(r"(?i)\bexceed\w*|\bnot enough\b|\binsufficient\b|\btoo (?:large|big|small)\b|\b(?:larger|greater|bigger) than\b"
+                           r"|\bout of\b|\bno (?:more )?(?:free )?space\b|\bexhaust\w*")
+_BUILT_FOR = re.compile(r"(?i)\b(?:compiled|built|generated|created|prepared|exported|targeted|made)\s+(?:\w+\s+){0,3}?for\b[^\n]{0,60}?"
+                        r"\b(?:but|while|whereas|however|mismatch\w*|does not match|doesn't match|not match)\b")
+_BUILT_FOR_NOUN = re.compile(r"(?i)\b(?:soc\w*|arch\w*|chip\w*|platform|device|target|v\d\d|SM\d{4}|sdk|qairt|qnn|htp|dsp)\b")
+_METRIC = re.compile(r"(?i)\b(?P<name>cos(?:ine)?[ _-]?sim(?:ilarity)?|cosine|SQNR|SNR|PSNR|max(?:imum)?[ _-]?abs(?:olute)?[ _-]?(?:diff\w*|err\w*))"
+                     r"\b[ \t:=,.()\[\]'\"a-zA-Z/_]{0,64}?(?P<value>-?\d+(?:\.\d+)?(?:e-?\d+)?)")
 _VERSION_BAD = re.compile(r"(?i)mismatch|incompatib|does(?:n't| not) match|\bnot match|\bunknown\b|unsupported|too old"
+                          r"|\b(?:newer|older|higher|lower)\b[^\n]{0,40}?\bthan\b"
                           r"|\bbelow\b|older than|newer than|\bexpected\b")
 _PY_IMPORT = re.compile(r"(?:ModuleNotFoundError|ImportError)\b[^\n]*")
 _PY_QNN = re.compile(r"(?i)qnn|qualcomm|htp|hexagon|qairt|executorch|\bmnn\b|onnxruntime")
@@ -115,7 +127,9 @@ def rules(path: Path = DATA_FILE) -> Rules:
                 objects=objects, unsupported_skip=re.compile(raw["unsupported"]["skip"]), op_names=_op_names(),
                 codes=codes)
     used = [o.category for o in objects] + list(raw["enum"]["families"].values()) + [c for _r, c in raw["enum"]["reasons"]]
-    used += [out.category(k) for k in ("fastrpc", "unsupported", "version", "python_module", "crash", "denied")]
+    used += [out.category(k) for k in ("fastrpc", "unsupported", "version", "python_module", "crash", "denied", "capacity",
+                                        "metric")]
+    used += list(raw["api"]["calls"].values())
     used.append(out.category("fastrpc", "mmap_category"))
     bad = {c for c in used if c and c not in CATEGORIES}
     if bad:
@@ -149,12 +163,26 @@ def code_category(code: int) -> str:
     return enum_category(name) if name else ""
 
 
+def _metric_is_bad(r: Rules, name: str, value: float) -> bool:
+    """A metric far outside what a correct fp16/int8 run gives (bounds in the data file); inside them, nothing."""
+    spec = r.raw["metric"]
+    key = name.lower().replace("_", "").replace("-", "").replace(" ", "")
+    if key.startswith("cos"):
+        return value < float(spec["cosine_below"])
+    if key == "psnr":
+        return value < float(spec["psnr_db_below"])
+    if key in ("sqnr", "snr"):
+        return value < float(spec["sqnr_db_below"])
+    return value > float(spec["max_abs_above"])
+
+
 @dataclass
 class StructureScan:
     """Structural hits of one log, fed chunk by chunk (first hit of each rule and category kept)."""
 
     hits: dict[tuple[str, str], StructHit] = field(default_factory=dict)
     crash: StructHit | None = None
+    metric: StructHit | None = None
     context_seen: bool = False
 
     def feed(self, text: str, base: int) -> None:
@@ -182,8 +210,8 @@ class StructureScan:
 
     def results(self) -> list[StructHit]:
         out = list(self.hits.values())
-        if self.crash is not None and self.context_seen:
-            out.append(self.crash)
+        if self.context_seen:
+            out.extend(h for h in (self.crash, self.metric) if h is not None)
         return out
 
     def _add(self, r: Rules, rule: str, category: str, line_no: int, line: str, layer: str) -> None:
@@ -219,8 +247,19 @@ class StructureScan:
             self._add(r, "unsupported", r.category("unsupported"), line_no, line, "unsupported")
         if _DENIED.search(line) and (_DSP_NOUN.search(line) or _FASTRPC.search(line)):
             self._add(r, "denied", r.category("denied"), line_no, line, "denied")
-        if _VERSION_NOUN.search(line) and _VERSION_BAD.search(line):
+        if (_VERSION_NOUN.search(line) and _VERSION_BAD.search(line)) or (
+                _BUILT_FOR.search(line) and _BUILT_FOR_NOUN.search(line)):
             self._add(r, "version", r.category("version"), line_no, line, "version")
+        for m in _API_CALL.finditer(line):
+            category = r.raw["api"]["calls"].get(m.group("call"), "")
+            if category and int(m.group("code"), 0) != 0:
+                self._add(r, f"api:{m.group('call')}", category, line_no, line, "api")
+        if _CAPACITY_NOUN.search(line) and _CAPACITY_BAD.search(line):
+            self._add(r, "capacity", r.category("capacity"), line_no, line, "capacity")
+        metric = _METRIC.search(line) if self.metric is None else None
+        if metric is not None and _metric_is_bad(r, metric.group("name"), float(metric.group("value"))):
+            why, source = r.why("metric")
+            self.metric = StructHit("metric", r.category("metric"), line_no, line.strip()[:300], why, source)
         imp = _PY_IMPORT.search(line)
         if imp and _PY_QNN.search(imp.group(0)):
             self._add(r, "python-module", r.category("python_module"), line_no, line, "python_module")
