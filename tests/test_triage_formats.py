@@ -111,3 +111,26 @@ def test_calls_sizes_targets_and_metrics_are_read(log: str, category: str) -> No
 ])
 def test_healthy_calls_sizes_targets_and_metrics_stay_other(log: str) -> None:
     assert triage_log(text=log + "\n").category == "other"
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    ("./MNNConvert -f ONNX --modelFile m.onnx --MNNModel m.mnn\nThe Op: GridSample, type: GridSample not support, please check",
+     "unsupported_op_not_registered"),
+    ("MNN OpenCL: after quantization the detection results are all wrong compared to CPU", "wrong_results_accuracy"),
+    ("aimet_torch: QuantSim export to QNN fails with KeyError: 'aten::scaled_dot_product_attention'",
+     "unsupported_op_not_registered"),
+    ("E 00:00:01.234 executorch:QnnManager.cpp:412] Fail to configure Qnn device", "device_lib_missing_or_load_failure"),
+    ("[ERROR] [Qnn ExecuTorch]: QnnDsp <E> Graph prepare failed due to VTCM overflow", "vtcm_or_memory"),
+    ("ggml-hex: op MUL_MAT on HTP0 timed out during decode", "execute_failed_6000"),
+    ("tvm._ffi.base.TVMError: Hexagon: Failed to create the RPC session to the Hexagon launcher",
+     "device_lib_missing_or_load_failure"),
+])
+def test_other_runtimes_wordings(log: str, category: str) -> None:
+    r = triage_log(text=log + "\n")
+    assert r.category == category, r.hypotheses
+
+
+def test_the_executorch_prefix_is_not_an_execute_verb() -> None:
+    """'[Qnn ExecuTorch]' on every line of an ExecuTorch log must not make a graph line read as a graph run."""
+    r = triage_log(text="[ERROR] [Qnn ExecuTorch]: Failed to compose the QNN graph for node aten_view_copy\n")
+    assert r.category == "finalize_failed_1002", r.hypotheses

@@ -30,19 +30,19 @@ ANCHORS = ("ail", "AIL", "rror", "RROR", "nable to", "annot", "an't", "ould not"
            "tatus", "ret", "err", "ode", "not match", "xpected", "denied", "not permitted", "EACCES", "EPERM", "no access",
            "权限", "ccess violation", "xC0000", "xc0000", "-107374", "Signals.SIG", "atal Python error", "xit status -",
            "xit code -", "xceed", "not enough", "nsufficient", "too large", "too big", "larger than", "greater than",
-           "out of", "cos", "COS", "Cos", "SQNR", "SNR", "abs", "compiled", "generated", "built", "newer", "older")
+           "out of", "overflow", "timed out", "not support", "cos", "COS", "Cos", "SQNR", "SNR", "abs", "compiled", "generated", "built", "newer", "older")
 
 _SUCCESS = re.compile(r"(?i)\bsuccess(?:fully|ful)?\b|\bsucceed(?:ed|s)?\b|without (?:any )?(?:issues?|errors?|problems?)"
                       r"|\bworks? (?:fine|well)\b")
 _FAIL_VERB = re.compile(r"(?i)\b(?:fail(?:ed|s|ure|ing)?|unable to|cannot|can't|can not|could not|couldn't|not able to)\b")
-_FAIL = re.compile(r"(?i)\b(?:fail(?:ed|s|ure|ing)?|unable to|cannot|can't|can not|could not|couldn't|not able to|error)\b")
+_FAIL = re.compile(r"(?i)\b(?:fail(?:ed|s|ure|ing)?|unable to|cannot|can't|can not|could not|couldn't|not able to|error|timed out)\b")
 _ENUM = re.compile(r"\bQNN_(?P<family>GRAPH|CONTEXT|BACKEND|DEVICE|OP_PACKAGE|TENSOR|COMMON|PROPERTY)_(?P<rest>[A-Z0-9_]+)")
 _ENUM_BARE = re.compile(r"(?<![A-Za-z_])(?:GRAPH|CONTEXT|BACKEND|DEVICE|OP_PACKAGE|TENSOR|COMMON)_ERROR_[A-Z0-9_]+")
 _CODE = re.compile(r"\b(?:0x(?P<hex>[0-9a-fA-F]{3,4})|(?P<dec>\d{4,5}))\b")
 _FASTRPC = re.compile(r"\bAEE_E\w+|\b0x8000[0-9a-fA-F]{4}\b|\b(?:remote_\w+|rpcmem_\w+|fastrpc\w*|dspqueue_\w+|apps_dev_init"
                       r"|open_dev|I?DspTransport\w*|dlopen_ex|HAP_\w+|adsprpc|cdsprpc)")
 _MMAP = re.compile(r"(?i)mmap|memory map|\bmap(?:ping)?\b|\bmunmap")
-_UNSUPPORTED = re.compile(r"(?i)\bnot (?:be )?supported\b|\bunsupported\b|\bnot implemented\b|\bno translation\b"
+_UNSUPPORTED = re.compile(r"(?i)\bnot (?:be )?supported\b|\bnot support\b|\bno support for\b|\bunsupported\b|\bnot implemented\b|\bno translation\b"
                           r"|\bnot registered\b|\bdon'?t support\b|\bdoes not support\b|\bonly supports?\b")
 _OP_WORD = re.compile(r"(?i)\b(?:ops?|operators?|nodes?|layers?|dtypes?|data ?types?|datatypes?|types?"
                       r"|u?int(?:4|8|16|32|64)|float(?:16|32|64)?|fp(?:8|16|32)|bf16|bool|QNN_DATATYPE_\w+|aten\.\w+)\b")
@@ -52,7 +52,7 @@ _API_CALL = re.compile(r"\bQnn(?P<call>[A-Z][a-z]+_[a-z]\w*)\b[^\n]{0,60}?(?:ret
                        r"(?:\W{0,4}(?:with|code|error|err|status|value|of))*\W{0,4}(?P<code>0x[0-9a-fA-F]+|\d+)\b")
 _CAPACITY_NOUN = re.compile(r"(?i)\b(?:VTCM|TCM|memory|RAM|heap|buffers?|spill ?fill)\b")
 _CAPACITY_BAD = re.compile(r"(?i)\bexceed\w*|\bnot enough\b|\binsufficient\b|\btoo (?:large|big|small)\b|\b(?:larger|greater|bigger) than\b"
-                           r"|\bout of\b|\bno (?:more )?(?:free )?space\b|\bexhaust\w*")
+                           r"|\bout of\b|\bno (?:more )?(?:free )?space\b|\bexhaust\w*|\boverflow\w*")
 _BUILT_FOR = re.compile(r"(?i)\b(?:compiled|built|generated|created|prepared|exported|targeted|made)\s+(?:\w+\s+){0,3}?for\b[^\n]{0,60}?"
                         r"\b(?:but|while|whereas|however|mismatch\w*|does not match|doesn't match|not match)\b")
 _BUILT_FOR_NOUN = re.compile(r"(?i)\b(?:soc\w*|arch\w*|chip\w*|platform|device|target|v\d\d|SM\d{4}|sdk|qairt|qnn|htp|dsp)\b")
@@ -238,8 +238,11 @@ class StructureScan:
         if _FASTRPC.search(line) and (failing or "AEE_E" in line or "0x8000" in line):
             key = "mmap_category" if _MMAP.search(line) else "category"
             self._add(r, "fastrpc", r.category("fastrpc", key), line_no, line, "fastrpc")
+        capacity = _CAPACITY_NOUN.search(line) is not None and _CAPACITY_BAD.search(line) is not None
         if failing:
             for obj in r.objects:
+                if capacity and obj.rule in ("graph-build", "graph-run"):
+                    continue  # "graph prepare failed due to VTCM overflow": the line names the memory that does not fit
                 if obj.noun.search(line) and obj.verb.search(line):
                     self._add(r, f"object:{obj.rule}", obj.category, line_no, line, "objects")
         if _UNSUPPORTED.search(line) and not r.unsupported_skip.search(line) and (
@@ -254,7 +257,7 @@ class StructureScan:
             category = r.raw["api"]["calls"].get(m.group("call"), "")
             if category and int(m.group("code"), 0) != 0:
                 self._add(r, f"api:{m.group('call')}", category, line_no, line, "api")
-        if _CAPACITY_NOUN.search(line) and _CAPACITY_BAD.search(line):
+        if capacity:
             self._add(r, "capacity", r.category("capacity"), line_no, line, "capacity")
         metric = _METRIC.search(line) if self.metric is None else None
         if metric is not None and _metric_is_bad(r, metric.group("name"), float(metric.group("value"))):
