@@ -109,3 +109,19 @@ def test_cli_prints_the_basis_and_a_low_confidence_line(tmp_path) -> None:  # ty
 ])
 def test_borderline_readings_follow_the_rule_book(log: str, category: str) -> None:
     assert triage_log(text=log).category == category
+
+
+# Rule 3: nothing failed (questions, feature requests, healthy runs, notes about fixed bugs) stays 'other'.
+@pytest.mark.parametrize("text", [
+    "How do I run Qwen3 on the Snapdragon NPU with MNN? Is there a guide for the QNN backend?",
+    "Feature request: support for the QNN HTP backend on Snapdragon 8 Elite in llama.cpp",
+    "QNN EP performance is slower than CPU EP for my model, 45 ms vs 30 ms. Any ideas?",
+    "llm_demo config.json prompt.txt\nprompt: hello\nresponse: Hello! How can I help you today?\ndecode speed 20 tok/s",
+    "W/QnnDsp: <W> Initializing HtpProvider\nI/QnnDsp: HTP arch v75\nI: inference done in 4.2 ms",
+    "QNN SDK 2.28 release notes: fixed a crash in QnnGraph_finalize; improved accuracy for LayerNorm",
+    "Our team compared QNN and SNPE; QNN gives the same accuracy as CPU within 0.1%",
+    "Build succeeded: libMNN.so with -DMNN_QNN=ON, 0 errors, 3 warnings",
+])
+def test_nothing_failed_stays_other(text: str) -> None:
+    r = triage_log(text=text + "\n")
+    assert r.category == "other", r.hypotheses
