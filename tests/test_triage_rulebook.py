@@ -125,3 +125,15 @@ def test_borderline_readings_follow_the_rule_book(log: str, category: str) -> No
 def test_nothing_failed_stays_other(text: str) -> None:
     r = triage_log(text=text + "\n")
     assert r.category == "other", r.hypotheses
+
+
+def test_a_tombstone_in_logcat_is_parsed_and_no_backtrace_is_asked_for() -> None:
+    log = ("12-07 04:15:01.100  9001  9001 F libc    : Fatal signal 11 (SIGSEGV), code 1 (SEGV_MAPERR), fault addr 0x0 in tid 9001 (qnn-runner)\n"
+           "12-07 04:15:01.338  9100  9100 F DEBUG   : backtrace:\n"
+           "12-07 04:15:01.338  9100  9100 F DEBUG   :       #00 pc 00000000000a4c8  /data/local/tmp/libMNN.so (MNN::QNN::QnnFloatToHalf(float const*, short*, unsigned long)+40)\n"
+           "12-07 04:15:01.338  9100  9100 F DEBUG   :       #01 pc 00000000000b1f0  /data/local/tmp/libMNN.so (MNN::QNN::QnnBackend::getTensorIdx(MNN::Tensor const*)+300)\n")
+    r = triage_log(text=log)
+    assert [f.number for f in r.frames] == [0, 1]
+    assert r.frames[0].known == "qnn-float-to-half"
+    assert r.category == "convert_segfault" and r.basis == "signature"
+    assert not any("backtrace" in s.why for s in r.next_steps if s.tool == "triage_log")

@@ -24,7 +24,8 @@ MAX_FRAMES = 64
 # tomb:  "#00 pc 00000000001a2b3c  /data/local/tmp/libMNN.so (MNN::QNN::QnnFloatToHalf(float const*, ...)+12)"
 _GDB = re.compile(r"^\s*#(?P<n>\d{1,3})\s+(?:0x[0-9a-fA-F]+\s+in\s+)?(?P<func>[A-Za-z_~][\w:<>~,\s*&]*?)\s*\((?P<rest>[^\n]*)$", re.MULTILINE)
 _LLDB = re.compile(r"^\s*\*?\s*frame\s+#(?P<n>\d{1,3}):\s+0x[0-9a-fA-F]+\s+(?P<lib>[^`\s]+)`(?P<func>[^(\n]+)", re.MULTILINE)
-_TOMB = re.compile(r"^\s*#(?P<n>\d{2,3})\s+pc\s+[0-9a-fA-F]+\s+(?P<lib>\S+)(?:\s+\((?P<func>[^+)\n(]+)[^\n]*\))?", re.MULTILINE)
+# tombstone lines may carry a logcat prefix ("12-07 04:15:01.338  1234  1234 F DEBUG   :   #00 pc ...")
+_TOMB = re.compile(r"^(?:[^\n#]{0,80}?\bDEBUG\s*:)?\s*#(?P<n>\d{2,3})\s+pc\s+[0-9a-fA-F]+\s+(?P<lib>\S+)(?:\s+\((?P<func>[^+)\n(]+)[^\n]*\))?", re.MULTILINE)
 _FILE = re.compile(r"\bat\s+(?P<file>[\w./\\-]+\.(?:cpp|cc|c|hpp|h)):(?P<line>\d+)")
 
 
