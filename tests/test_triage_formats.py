@@ -134,3 +134,14 @@ def test_the_executorch_prefix_is_not_an_execute_verb() -> None:
     """'[Qnn ExecuTorch]' on every line of an ExecuTorch log must not make a graph line read as a graph run."""
     r = triage_log(text="[ERROR] [Qnn ExecuTorch]: Failed to compose the QNN graph for node aten_view_copy\n")
     assert r.category == "finalize_failed_1002", r.hypotheses
+
+
+def test_an_ort_node_no_ep_can_run_is_an_unsupported_op() -> None:
+    log = ("[E:onnxruntime:, inference_session.cc:1981] Node 'Resize_17' OpType:Resize with domain:com.ms.internal.nhwc "
+           "was inserted using the NHWC format as requested by QNNExecutionProvider, but was not selected by that EP.\n")
+    assert triage_log(text=log).category == "unsupported_op_not_registered"
+
+
+def test_chinese_words_against_the_float_model() -> None:
+    r = triage_log(text="MNN 转成 QNN 以后跑出来的结果和 onnx 对不上\n")
+    assert r.category == "wrong_results_accuracy" and r.basis == "words"
