@@ -137,3 +137,13 @@ def test_a_tombstone_in_logcat_is_parsed_and_no_backtrace_is_asked_for() -> None
     assert r.frames[0].known == "qnn-float-to-half"
     assert r.category == "convert_segfault" and r.basis == "signature"
     assert not any("backtrace" in s.why for s in r.next_steps if s.tool == "triage_log")
+
+
+def test_a_prose_line_starting_with_i_is_not_an_info_level_line() -> None:
+    """'I got ...' is the reporter, not logcat's I level: it is not discounted as a warning the run survived."""
+    log = ("I got Failed to create context from binary with err 5000 on the phone\n"
+           "later the app shows a toast\n"
+           "W/App: retry 1\n"
+           "Segmentation fault\n")
+    r = triage_log(text=log)
+    assert r.category == "sdk_version_or_lib_mismatch", r.hypotheses

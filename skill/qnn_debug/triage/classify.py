@@ -49,7 +49,9 @@ LOW_CONFIDENCE = 0.45
 WORDS_ONLY_CONFIDENCE = 0.6
 # Log levels as runtimes print them: [W]/[WARNING], <W> (QNN), W/tag and "date time pid tid W tag" (logcat),
 # W1207 (glog), [W:onnxruntime (ORT), Python's WARNING:/UserWarning:; the error levels likewise.
-_LEVEL_PREFIX = r"^\s*(?:[\d:.\-/T]+\s+){0,4}"
+# A bare level letter counts after a logcat date/time/pid prefix, or followed by two spaces ("I  vendor/..."): a prose
+# line that starts with "I " is no info-level line.
+_LEVEL_PREFIX = r"^\s*(?:(?:[\d:.\-/T]+\s+){2,4}|(?=[A-Z]\s\s))"
 _SURVIVED_LEVEL = re.compile(r"(?i:\[(?:w|warn|warning|i|info|d|debug|v|verbose)\])|<[WIDV]>|(?<![\w/])[WIDV]/\w|\[[WIV]:"
                              r"|\bWARN(?:ING)?\b|[Ww]arning:|\bINFO\b|" + _LEVEL_PREFIX + r"[WIDV]\s|^\s*[WI]\d{4} ", re.MULTILINE)
 _ERROR_LEVEL = re.compile(r"(?i:\[(?:e|err|error|f|fatal)\])|<[EF]>|(?<![\w/])[EF]/\w|\[[EF]:|\bERROR\b|\bFATAL\b"
