@@ -378,6 +378,7 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
     _weigh_by_the_rule_book(votes)
 
     def add(cat: str, weight: float, line: int, reason: str, kind: str) -> None:
+        """``kind``: signature, words, hint, frame, structure, case or similar (what the basis is read from)."""
         scores[cat] = scores.get(cat, 0.0) + weight
         first_line[cat] = min(first_line.get(cat, line), line)
         reasons.setdefault(cat, []).append(reason)
@@ -564,6 +565,8 @@ def _basis(kinds: set[str]) -> Basis:
         return "words"
     if "structure" in kinds:
         return "structure"
+    if "similar" in kinds:
+        return "similar"
     return "none"
 
 
@@ -582,6 +585,9 @@ def _low_confidence_reason(basis: Basis, confidence: float, stopped: bool) -> st
     if basis == "words":
         return ("the answer rests on the reporter's own words, not on a log line: ask for the failing run's full "
                 "output (stdout+stderr or logcat) to confirm it")
+    if basis == "similar":
+        return ("no rule names the failure: the category is the one of labelled public threads this log resembles; "
+                "read them and check the log against them")
     if confidence < LOW_CONFIDENCE:
         return "a known wording matched, but other categories score close to it: read the other hypotheses too"
     return None

@@ -16,8 +16,8 @@ __all__ = ["Basis", "Evidence", "Hypothesis", "KnownCase", "NextStep", "NoiseHit
 
 # What decided the category: a known log wording (signature, known backtrace frame, past case), only the reporter's
 # own words (prose families), only the log's structure (a QNN status, the object that failed, a crash, a log that
-# stops), or nothing at all.
-Basis = Literal["signature", "words", "structure", "none"]
+# stops), only the labelled public threads the log resembles, or nothing at all.
+Basis = Literal["signature", "words", "structure", "similar", "none"]
 
 
 class Evidence(BaseModel):
@@ -61,7 +61,8 @@ class TriageResult(BaseModel):
     basis: Basis = Field(description=(
         "what decided the category: 'signature' (a known log wording, backtrace frame or past case), 'words' (only the "
         "reporter's own words, e.g. 'it crashes', '乱码'), 'structure' (only the log's grammar: a QNN status, the object "
-        "that failed, a crash, a log that stops) or 'none' (nothing names a failure)"))
+        "that failed, a crash, a log that stops), 'similar' (only labelled public threads the log resembles) or 'none' "
+        "(nothing names a failure)"))
     low_confidence: bool = Field(description="true when the answer is a lead to check, not a diagnosis (see low_confidence_reason)")
     low_confidence_reason: str | None = Field(default=None, description="why the answer is low confidence and what would settle it")
     playbook: str
