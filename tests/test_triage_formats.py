@@ -145,3 +145,16 @@ def test_an_ort_node_no_ep_can_run_is_an_unsupported_op() -> None:
 def test_chinese_words_against_the_float_model() -> None:
     r = triage_log(text="MNN 转成 QNN 以后跑出来的结果和 onnx 对不上\n")
     assert r.category == "wrong_results_accuracy" and r.basis == "words"
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    ("[ERROR] Failed to create the intermediate tensor dump folder /sdcard/qnn_dump", "dump_path_error_7004"),
+    ("qnn-net-run: cannot open debug directory ./output/debug for writing", "dump_path_error_7004"),
+    ("runner: input 'input_ids' shape [1,128] does not match the compiled context binary [1,64]", "offline_io_mismatch_1003_6004"),
+    ("E: number of graph inputs (3) differs from the offline model's cached binary (2)", "offline_io_mismatch_1003_6004"),
+    ("onnxruntime: [ShapeInferenceError] Inferred shape and existing shape differ in dimension 1: (64) vs (128)",
+     "shape_compute_error"),
+])
+def test_dump_io_and_shape_wordings(log: str, category: str) -> None:
+    r = triage_log(text=log + "\n")
+    assert r.category == category, r.hypotheses

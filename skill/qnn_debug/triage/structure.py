@@ -30,7 +30,8 @@ ANCHORS = ("ail", "AIL", "rror", "RROR", "nable to", "annot", "an't", "ould not"
            "tatus", "ret", "err", "ode", "not match", "xpected", "denied", "not permitted", "EACCES", "EPERM", "no access",
            "权限", "ccess violation", "xC0000", "xc0000", "-107374", "Signals.SIG", "atal Python error", "xit status -",
            "xit code -", "xceed", "not enough", "nsufficient", "too large", "too big", "larger than", "greater than",
-           "out of", "overflow", "timed out", "not support", "cos", "COS", "Cos", "SQNR", "SNR", "abs", "compiled", "generated", "built", "newer", "older")
+           "out of", "overflow", "timed out", "not support", "cos", "COS", "Cos", "SQNR", "SNR", "abs", "compiled", "generated", "built", "newer", "older",
+           "ismatch", "does not match", "doesn't match", "iffer")
 
 _SUCCESS = re.compile(r"(?i)\bsuccess(?:fully|ful)?\b|\bsucceed(?:ed|s)?\b|without (?:any )?(?:issues?|errors?|problems?)"
                       r"|\bworks? (?:fine|well)\b")
@@ -58,6 +59,10 @@ _BUILT_FOR = re.compile(r"(?i)\b(?:compiled|built|generated|created|prepared|exp
 _BUILT_FOR_NOUN = re.compile(r"(?i)\b(?:soc\w*|arch\w*|chip\w*|platform|device|target|v\d\d|SM\d{4}|sdk|qairt|qnn|htp|dsp)\b")
 _METRIC = re.compile(r"(?i)\b(?P<name>cos(?:ine)?[ _-]?sim(?:ilarity)?|cosine|SQNR|SNR|PSNR|max(?:imum)?[ _-]?abs(?:olute)?[ _-]?(?:diff\w*|err\w*))"
                      r"\b[ \t:=,.()\[\]'\"a-zA-Z/_]{0,64}?(?P<value>-?\d+(?:\.\d+)?(?:e-?\d+)?)")
+_IO_NOUN = re.compile(r"(?i)\b(?:inputs?|outputs?|io|graph inputs?|graph outputs?)\b[^\n]{0,40}?\b(?:shapes?|dims?|dimensions?|sizes?"
+                      r"|names?|counts?|numbers?|ranks?)\b|\b(?:shapes?|dims?|sizes?|names?|counts?|numbers?|ranks?) of (?:the )?(?:graph )?(?:inputs?|outputs?)\b")
+_IO_BAD = re.compile(r"(?i)mismatch\w*|does(?:n't| not) match|\bnot match|\bexpected\b|\bdiffer\w*")
+_IO_BINARY = re.compile(r"(?i)\bcontext(?: binary)?\b|\bbinary\b|\bcompiled\b|\boffline\b|\.bin\b|\bserialized\b|\bcached\b")
 _VERSION_BAD = re.compile(r"(?i)mismatch|incompatib|does(?:n't| not) match|\bnot match|\bunknown\b|unsupported|too old"
                           r"|\b(?:newer|older|higher|lower)\b[^\n]{0,40}?\bthan\b"
                           r"|\bbelow\b|older than|newer than|\bexpected\b")
@@ -128,7 +133,7 @@ def rules(path: Path = DATA_FILE) -> Rules:
                 codes=codes)
     used = [o.category for o in objects] + list(raw["enum"]["families"].values()) + [c for _r, c in raw["enum"]["reasons"]]
     used += [out.category(k) for k in ("fastrpc", "unsupported", "version", "python_module", "crash", "denied", "capacity",
-                                        "metric")]
+                                        "metric", "io")]
     used += list(raw["api"]["calls"].values())
     used.append(out.category("fastrpc", "mmap_category"))
     bad = {c for c in used if c and c not in CATEGORIES}
@@ -253,6 +258,8 @@ class StructureScan:
         if (_VERSION_NOUN.search(line) and _VERSION_BAD.search(line)) or (
                 _BUILT_FOR.search(line) and _BUILT_FOR_NOUN.search(line)):
             self._add(r, "version", r.category("version"), line_no, line, "version")
+        if _IO_NOUN.search(line) and _IO_BAD.search(line) and _IO_BINARY.search(line):
+            self._add(r, "io", r.category("io"), line_no, line, "io")
         for m in _API_CALL.finditer(line):
             category = r.raw["api"]["calls"].get(m.group("call"), "")
             if category and int(m.group("code"), 0) != 0:
