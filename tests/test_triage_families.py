@@ -209,7 +209,9 @@ def test_a_structure_only_answer_says_it_is_low_confidence() -> None:
     r = triage_log(text="could not prepare the HTP graph for decoder_2\n")
     assert r.category == "finalize_failed_1002"
     assert r.confidence <= 0.45
-    assert any("structure alone" in w for w in r.warnings)
+    assert r.basis == "structure" and r.low_confidence
+    assert r.low_confidence_reason is not None and "structure alone" in r.low_confidence_reason
+    assert not any("structure alone" in w for w in r.warnings)  # said once, in the typed field
     assert any(e.signature.startswith("structure:") for e in r.evidence)
 
 

@@ -158,3 +158,9 @@ def test_chinese_words_against_the_float_model() -> None:
 def test_dump_io_and_shape_wordings(log: str, category: str) -> None:
     r = triage_log(text=log + "\n")
     assert r.category == category, r.hypotheses
+
+
+def test_a_denied_vendor_property_is_harmless() -> None:
+    log = ('01-01 10:00:00.000  4000  4000 E libc    : Access denied finding property "vendor.fastrpc.process.attrs"\n'
+           "01-01 10:00:00.100  4000  4000 I runner  : inference done in 4.1 ms\n")
+    assert triage_log(text=log).category == "other"

@@ -452,10 +452,8 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         category = "other"
         confidence = 0.5 if "other" in scores else 0.2
     basis = _basis(kinds.get(category, set()))
-    if basis == "structure":
+    if basis == "structure":  # said by low_confidence_reason (the typed field replaces the former free-text warning)
         confidence = min(confidence, structure.structure_only_confidence)
-        warnings.append("No known wording matched: this answer rests on the log's structure alone (a QNN status, "
-                        "the object that failed, a crash), so treat it as a lead with low confidence, not a diagnosis.")
     elif basis == "words":
         confidence = min(confidence, WORDS_ONLY_CONFIDENCE)
     low_reason = _low_confidence_reason(basis, confidence, stopped and category == "convert_segfault")
@@ -581,7 +579,7 @@ def _low_confidence_reason(basis: Basis, confidence: float, stopped: bool) -> st
                 "may be lost in the pipe buffer: re-run it under `stdbuf -o0` (or `gdb --args <command>`, then `bt`)")
     if basis == "structure":
         return ("no known wording matched: the answer rests on the log's structure alone (a QNN status, the object "
-                "that failed, a crash); check it against the evidence lines")
+                "that failed, a crash), so treat it as a lead, not a diagnosis; check it against the evidence lines")
     if basis == "words":
         return ("the answer rests on the reporter's own words, not on a log line: ask for the failing run's full "
                 "output (stdout+stderr or logcat) to confirm it")

@@ -75,6 +75,8 @@ _CRASH = re.compile(r"(?i)segmentation fault|\bsegfault\b|\bsig(?:segv|abrt|bus|
 # Access to the DSP refused, and the nouns that make it the DSP's (not a file's) refusal.
 _DENIED = re.compile(r"(?i)permission denied|access (?:is )?denied|not permitted|\bEACCES\b|\bEPERM\b|\bno access\b"
                      r"|avc:\s*denied|权限不足|没有权限|无权限|权限被拒绝?")
+# Android denies many apps the reading of vendor properties ("Access denied finding property vendor.fastrpc..."): harmless.
+_PROPERTY = re.compile(r"(?i)finding property|\bproperty\b|_prop:s0|\bgetprop\b")
 _DSP_NOUN = re.compile(r"(?i)\b(?:c?dsp\w*|adsp\w*|fastrpc\w*|adsprpc|cdsprpc|rpcmem|hexagon|htp|npu|skel|domain \d|device node"
                        r"|DspClient|(?:open_?)?session|HAL)\b|/dev/(?:fastrpc|adsprpc|cdsp|dsp)")
 
@@ -253,7 +255,7 @@ class StructureScan:
         if _UNSUPPORTED.search(line) and not r.unsupported_skip.search(line) and (
                 _OP_WORD.search(line) or any(w in r.op_names for w in _CAMEL.findall(line))):
             self._add(r, "unsupported", r.category("unsupported"), line_no, line, "unsupported")
-        if _DENIED.search(line) and (_DSP_NOUN.search(line) or _FASTRPC.search(line)):
+        if _DENIED.search(line) and (_DSP_NOUN.search(line) or _FASTRPC.search(line)) and not _PROPERTY.search(line):
             self._add(r, "denied", r.category("denied"), line_no, line, "denied")
         if (_VERSION_NOUN.search(line) and _VERSION_BAD.search(line)) or (
                 _BUILT_FOR.search(line) and _BUILT_FOR_NOUN.search(line)):
