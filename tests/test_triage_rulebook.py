@@ -147,3 +147,11 @@ def test_a_prose_line_starting_with_i_is_not_an_info_level_line() -> None:
            "Segmentation fault\n")
     r = triage_log(text=log)
     assert r.category == "sdk_version_or_lib_mismatch", r.hypotheses
+
+
+def test_the_reporters_closing_sentence_does_not_stop_the_run() -> None:
+    """A warning-level failure stays the label when only the reporter's prose follows it."""
+    log = ("[W:onnxruntime:, qnn_model_wrapper.cc:240] QNN.backendValidateOpConfig() failed for node `Conv_7` of type "
+           "`Conv2d` with error code 3110\n"
+           "Everything else works; I could not load the backend on my other phone either, any idea?\n")
+    assert triage_log(text=log).category == "op_validation_failed_3110_0xc26"

@@ -57,6 +57,8 @@ _SURVIVED_LEVEL = re.compile(r"(?i:\[(?:w|warn|warning|i|info|d|debug|v|verbose)
 _ERROR_LEVEL = re.compile(r"(?i:\[(?:e|err|error|f|fatal)\])|<[EF]>|(?<![\w/])[EF]/\w|\[[EF]:|\bERROR\b|\bFATAL\b"
                           r"|" + _LEVEL_PREFIX + r"[EF]\s|^\s*[EF]\d{4} ", re.MULTILINE)
 
+# A line as a program prints it: a [tag], <level>, a timestamp or number, "name:" or "Tag/..." first.
+_LOGGISH = re.compile(r"\s*(?:\[|<|\d|[\w.\-]+(?:\(\s*\d+\))?\s*:|[A-Z]/)")
 # Words with which a line says the run goes on past it ("Can't Find type=5 backend, use 0 instead", "falling back").
 _CARRIES_ON = re.compile(r"(?i)\b(?:use \w+ instead|instead\W*$|falling back|fall(?:s|ing)? ?back (?:to|on)|will (?:retry|try|use|fall)"
                          r"|retrying|continuing|skipping|ignored|ignoring it)\b")
@@ -518,8 +520,11 @@ def _weigh_by_the_rule_book(votes: list[_Vote]) -> None:
     weighs little once a failure of another category follows it. Rule 1: a crash that follows a clear error of
     another category is what the error caused; the error keeps the label.
     """
+    # What stops a run: a known wording or a crash, or a structure reading of a line that looks like a log line (a
+    # reporter's closing sentence that happens to hold "error" and a noun stops nothing).
     log_votes = [v for v in votes if v.kind not in ("hint", "words")]
-    stops = [(v.category, v.line) for v in log_votes if not v.survived]
+    stops = [(v.category, v.line) for v in log_votes if not v.survived
+             and (v.kind != "structure" or v.crash or _ERROR_LEVEL.search(v.text) or _LOGGISH.match(v.text))]
     for v in votes:
         if v.kind == "words":
             continue
