@@ -5,6 +5,11 @@ signatures whose literal anchors occur in it (``str in`` runs at memory speed), 
 and a 100 MB log takes seconds. Line numbers are kept exact: CRLF becomes LF, a lone CR (progress bars)
 becomes a space, ANSI colours and NULs are removed, and noise lines are blanked but not deleted.
 This module imports nothing heavy (``qnn-debug triage`` must start fast).
+
+Deciding follows the labelling rule book: what stops the run wins over a warning the run went on from, a clear
+error keeps the label over the crash it caused, and the reporter's own words decide only where the log's lines do
+not. ``basis`` says which kind of reading decided (signature, words, structure, similar, none) and
+``low_confidence_reason`` what would settle a weak answer.
 """
 
 from __future__ import annotations
