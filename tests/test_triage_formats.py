@@ -164,3 +164,15 @@ def test_a_denied_vendor_property_is_harmless() -> None:
     log = ('01-01 10:00:00.000  4000  4000 E libc    : Access denied finding property "vendor.fastrpc.process.attrs"\n'
            "01-01 10:00:00.100  4000  4000 I runner  : inference done in 4.1 ms\n")
     assert triage_log(text=log).category == "other"
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    ("App: NPU not detected on this device, running the model on CPU", "device_lib_missing_or_load_failure"),
+    ("error: no Hexagon NPU found (is the QNN driver installed?)", "device_lib_missing_or_load_failure"),
+    ("MNN OpenCL: clEnqueueNDRangeKernel returned CL_OUT_OF_RESOURCES", "vtcm_or_memory"),
+    ("AI Hub compile job: Compilation failed for the model: Tensor 'ids' has unsupported dtype int64",
+     "unsupported_op_not_registered"),
+])
+def test_devices_not_found_gpu_memory_and_a_model_compilation(log: str, category: str) -> None:
+    r = triage_log(text=log + "\n")
+    assert r.category == category, r.hypotheses

@@ -31,7 +31,8 @@ ANCHORS = ("ail", "AIL", "rror", "RROR", "nable to", "annot", "an't", "ould not"
            "权限", "ccess violation", "xC0000", "xc0000", "-107374", "Signals.SIG", "atal Python error", "xit status -",
            "xit code -", "xceed", "not enough", "nsufficient", "too large", "too big", "larger than", "greater than",
            "out of", "overflow", "timed out", "not support", "cos", "COS", "Cos", "SQNR", "SNR", "abs", "compiled", "generated", "built", "newer", "older",
-           "ismatch", "does not match", "doesn't match", "iffer")
+           "ismatch", "does not match", "doesn't match", "iffer",
+           "not detected", "not found", "not available", "not present", "navailable", "issing", "No NPU", "no NPU")
 
 _SUCCESS = re.compile(r"(?i)\bsuccess(?:fully|ful)?\b|\bsucceed(?:ed|s)?\b|without (?:any )?(?:issues?|errors?|problems?)"
                       r"|\bworks? (?:fine|well)\b")
@@ -63,6 +64,9 @@ _IO_NOUN = re.compile(r"(?i)\b(?:inputs?|outputs?|io|graph inputs?|graph outputs
                       r"|names?|counts?|numbers?|ranks?)\b|\b(?:shapes?|dims?|sizes?|names?|counts?|numbers?|ranks?) of (?:the )?(?:graph )?(?:inputs?|outputs?)\b")
 _IO_BAD = re.compile(r"(?i)mismatch\w*|does(?:n't| not) match|\bnot match|\bexpected\b|\bdiffer\w*")
 _IO_BINARY = re.compile(r"(?i)\bcontext(?: binary)?\b|\bbinary\b|\bcompiled\b|\boffline\b|\.bin\b|\bserialized\b|\bcached\b")
+_ABSENT = re.compile(r"(?i)\b(?:npu|htp|dsp|cdsp|hexagon|accelerator|qnn (?:device|backend))s?\b[^\n]{0,30}?\b(?:(?:is|was|are) )?"
+                     r"(?:not (?:be )?(?:detected|found|available|present)|unavailable|missing)\b|\bno (?:npu|htp|dsp|hexagon|qnn device)s?\b"
+                     r"[^\n]{0,20}?\b(?:found|detected|available|present)\b")
 _VERSION_BAD = re.compile(r"(?i)mismatch|incompatib|does(?:n't| not) match|\bnot match|\bunknown\b|unsupported|too old"
                           r"|\b(?:newer|older|higher|lower)\b[^\n]{0,40}?\bthan\b"
                           r"|\bbelow\b|older than|newer than|\bexpected\b")
@@ -135,7 +139,7 @@ def rules(path: Path = DATA_FILE) -> Rules:
                 codes=codes)
     used = [o.category for o in objects] + list(raw["enum"]["families"].values()) + [c for _r, c in raw["enum"]["reasons"]]
     used += [out.category(k) for k in ("fastrpc", "unsupported", "version", "python_module", "crash", "denied", "capacity",
-                                        "metric", "io")]
+                                        "metric", "io", "absent")]
     used += list(raw["api"]["calls"].values())
     used.append(out.category("fastrpc", "mmap_category"))
     bad = {c for c in used if c and c not in CATEGORIES}
@@ -260,6 +264,8 @@ class StructureScan:
         if (_VERSION_NOUN.search(line) and _VERSION_BAD.search(line)) or (
                 _BUILT_FOR.search(line) and _BUILT_FOR_NOUN.search(line)):
             self._add(r, "version", r.category("version"), line_no, line, "version")
+        if _ABSENT.search(line):
+            self._add(r, "absent", r.category("absent"), line_no, line, "absent")
         if _IO_NOUN.search(line) and _IO_BAD.search(line) and _IO_BINARY.search(line):
             self._add(r, "io", r.category("io"), line_no, line, "io")
         for m in _API_CALL.finditer(line):
