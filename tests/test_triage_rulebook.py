@@ -155,3 +155,12 @@ def test_the_reporters_closing_sentence_does_not_stop_the_run() -> None:
            "`Conv2d` with error code 3110\n"
            "Everything else works; I could not load the backend on my other phone either, any idea?\n")
     assert triage_log(text=log).category == "op_validation_failed_3110_0xc26"
+
+
+def test_an_export_that_stops_says_so_even_when_the_reporter_says_it_crashed() -> None:
+    log = ("compilefornpu crashes for me every time\n"
+           "./compilefornpu llm.mnn qnn.json\nStep2: Seperate Model\nConvert for QNN, QualComn's NPU\n")
+    r = triage_log(text=log)
+    assert r.category == "convert_segfault"
+    assert "stopped without a crash line" in r.title
+    assert r.low_confidence_reason and "stdbuf -o0" in r.low_confidence_reason

@@ -431,7 +431,8 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
             "an op without a QNN creator inside a convert run falls back to CPU with no copy inserted and the next QNN "
             "op bakes its output as a constant (source: alibaba/MNN@4d40bdb source/core/WrapExecution.cpp:22, "
             "QNNBackend.cpp:1621-1627)", "signature")
-    strong = [s for c, s in scores.items() if c != "other" and s >= db.min_score]
+    # A category the log's own lines name (the reporter's words alone do not make an export log end cleanly).
+    strong = [s for c, s in scores.items() if c != "other" and s >= db.min_score and kinds.get(c, set()) - {"words"}]
     tail_text = [line for _, line in scan.tail]
     stopped = in_export and not strong and not ended_cleanly(tail_text)
     if stopped:
