@@ -101,3 +101,15 @@ def test_words_restating_a_crash_line_add_nothing() -> None:
     told = triage_log(text="the QNN runner crashes\nstarting the QNN runner\nSegmentation fault (core dumped)\n")
     assert bare.category == told.category == "convert_segfault"
     assert bare.hypotheses[0].score == told.hypotheses[0].score
+
+
+@pytest.mark.parametrize(("text", "category"), [
+    ("手机上的 QNN 库和转模型时的 SDK 版本不匹配，怎么办", "sdk_version_or_lib_mismatch"),
+    ("好像是混用了两个版本的 libQnnHtp", "sdk_version_or_lib_mismatch"),
+    ("小米 14 上 NPU 初始化失败，只能跑 CPU", "device_lib_missing_or_load_failure"),
+    ("无法打开 DSP，高通的 demo 也跑不起来", "device_lib_missing_or_load_failure"),
+])
+def test_chinese_words_for_versions_and_the_device(text: str, category: str) -> None:
+    r = triage_log(text=text + "\n")
+    assert r.category == category, r.hypotheses
+    assert r.basis == "words"
