@@ -113,3 +113,9 @@ def test_chinese_words_for_versions_and_the_device(text: str, category: str) -> 
     r = triage_log(text=text + "\n")
     assert r.category == category, r.hypotheses
     assert r.basis == "words"
+
+
+def test_a_run_of_one_character_in_a_dump_is_not_a_stuck_llm() -> None:
+    """Base64 of zeros ('AAAA...') or a repeated word glued together by a tool is not an LLM repeating a token."""
+    assert triage_log(text="prompt: x\nweights: " + "A" * 200 + "==\n").category == "other"
+    assert triage_log(text="llm_demo prompt.txt\n" + "ab" * 3 + " QNN ready\n").category == "other"
