@@ -176,3 +176,11 @@ def test_a_denied_vendor_property_is_harmless() -> None:
 def test_devices_not_found_gpu_memory_and_a_model_compilation(log: str, category: str) -> None:
     r = triage_log(text=log + "\n")
     assert r.category == category, r.hypotheses
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    ("QnnGraph_finalize -> Qnn_ErrorHandle_t: 0x3ea (graph decoder_0)", "finalize_failed_1002"),
+    ("htp_runner: graph run rc=6031", "execute_failed_6000"),
+])
+def test_status_spellings(log: str, category: str) -> None:
+    assert triage_log(text=log + "\n").category == category

@@ -32,7 +32,8 @@ ANCHORS = ("ail", "AIL", "rror", "RROR", "nable to", "annot", "an't", "ould not"
            "xit code -", "xceed", "not enough", "nsufficient", "too large", "too big", "larger than", "greater than",
            "out of", "overflow", "timed out", "not support", "cos", "COS", "Cos", "SQNR", "SNR", "abs", "compiled", "generated", "built", "newer", "older",
            "ismatch", "does not match", "doesn't match", "iffer",
-           "not detected", "not found", "not available", "not present", "navailable", "issing", "No NPU", "no NPU")
+           "not detected", "not found", "not available", "not present", "navailable", "issing", "No NPU", "no NPU",
+           "rc=", "rc:", "rc =")
 
 _SUCCESS = re.compile(r"(?i)\bsuccess(?:fully|ful)?\b|\bsucceed(?:ed|s)?\b|without (?:any )?(?:issues?|errors?|problems?)"
                       r"|\bworks? (?:fine|well)\b")
