@@ -184,3 +184,16 @@ def test_devices_not_found_gpu_memory_and_a_model_compilation(log: str, category
 ])
 def test_status_spellings(log: str, category: str) -> None:
     assert triage_log(text=log + "\n").category == category
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    ("GenieDialogConfig_createFromJson returned GENIE_STATUS_ERROR_JSON_SCHEMA", "build_error"),
+    ("genie-t2t-run: dialog query -> GENIE_STATUS_ERROR_GENERATE_FAILED", "execute_failed_6000"),
+    ("GenieDialog_create: GENIE_STATUS_ERROR_MEM_ALLOC", "vtcm_or_memory"),
+])
+def test_genie_status_reasons(log: str, category: str) -> None:
+    assert triage_log(text=log + "\n").category == category
+
+
+def test_a_bare_genie_general_error_names_nothing() -> None:
+    assert triage_log(text="ChatApp: GenieDialog_create returned GENIE_STATUS_ERROR_GENERAL\n").category == "other"

@@ -33,13 +33,14 @@ ANCHORS = ("ail", "AIL", "rror", "RROR", "nable to", "annot", "an't", "ould not"
            "out of", "overflow", "timed out", "not support", "cos", "COS", "Cos", "SQNR", "SNR", "abs", "compiled", "generated", "built", "newer", "older",
            "ismatch", "does not match", "doesn't match", "iffer",
            "not detected", "not found", "not available", "not present", "navailable", "issing", "No NPU", "no NPU",
-           "rc=", "rc:", "rc =")
+           "rc=", "rc:", "rc =", "GENIE_STATUS_ERROR")
 
 _SUCCESS = re.compile(r"(?i)\bsuccess(?:fully|ful)?\b|\bsucceed(?:ed|s)?\b|without (?:any )?(?:issues?|errors?|problems?)"
                       r"|\bworks? (?:fine|well)\b")
 _FAIL_VERB = re.compile(r"(?i)\b(?:fail(?:ed|s|ure|ing)?|unable to|cannot|can't|can not|could not|couldn't|not able to)\b")
 _FAIL = re.compile(r"(?i)\b(?:fail(?:ed|s|ure|ing)?|unable to|cannot|can't|can not|could not|couldn't|not able to|error|timed out)\b")
 _ENUM = re.compile(r"\bQNN_(?P<family>GRAPH|CONTEXT|BACKEND|DEVICE|OP_PACKAGE|TENSOR|COMMON|PROPERTY)_(?P<rest>[A-Z0-9_]+)")
+_GENIE = re.compile(r"\bGENIE_STATUS_ERROR_(?P<reason>[A-Z_]+)\b")
 _ENUM_BARE = re.compile(r"(?<![A-Za-z_])(?:GRAPH|CONTEXT|BACKEND|DEVICE|OP_PACKAGE|TENSOR|COMMON)_ERROR_[A-Z0-9_]+")
 _CODE = re.compile(r"\b(?:0x(?P<hex>[0-9a-fA-F]{3,4})|(?P<dec>\d{4,5}))\b")
 _FASTRPC = re.compile(r"\bAEE_E\w+|\b0x8000[0-9a-fA-F]{4}\b|\b(?:remote_\w+|rpcmem_\w+|fastrpc\w*|dspqueue_\w+|apps_dev_init"
@@ -141,7 +142,7 @@ def rules(path: Path = DATA_FILE) -> Rules:
     used = [o.category for o in objects] + list(raw["enum"]["families"].values()) + [c for _r, c in raw["enum"]["reasons"]]
     used += [out.category(k) for k in ("fastrpc", "unsupported", "version", "python_module", "crash", "denied", "capacity",
                                         "metric", "io", "absent")]
-    used += list(raw["api"]["calls"].values())
+    used += list(raw["api"]["calls"].values()) + list(raw["genie"]["reasons"].values())
     used.append(out.category("fastrpc", "mmap_category"))
     bad = {c for c in used if c and c not in CATEGORIES}
     if bad:
@@ -237,6 +238,8 @@ class StructureScan:
     def _line(self, r: Rules, line: str, line_no: int) -> None:
         for m in _ENUM.finditer(line):
             self._add(r, f"enum:{m.group('family')}", enum_category(m.group(0)), line_no, line, "enum")
+        for m in _GENIE.finditer(line):
+            self._add(r, "genie", r.raw["genie"]["reasons"].get(m.group("reason"), ""), line_no, line, "genie")
         for m in _ENUM_BARE.finditer(line):
             self._add(r, f"enum:{m.group(0).split('_ERROR_')[0]}", enum_category("QNN_" + m.group(0)), line_no, line, "enum")
         for m in _CODE.finditer(line):
