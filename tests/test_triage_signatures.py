@@ -96,3 +96,21 @@ def test_every_triage_step_runs_as_printed_with_its_variables_explained() -> Non
     for step in result.next_steps:
         for name in re.findall(r'"\$([A-Z_]+)"', step.cli):
             assert f"set {name} to " in step.why, step
+
+
+def test_named_context_lists_are_expanded_and_checked() -> None:
+    import json
+
+    import pytest
+    from pydantic import ValidationError
+
+    from qnn_debug.triage.signatures import DATA_FILE, SignatureDB
+
+    db = load_signatures()
+    assert db.contexts and all(not lit.startswith("@") for s in db.signatures for lit in s.requires_any)
+    words = next(s for s in db.signatures if s.id == "words-crash-en")
+    assert set(db.contexts["npu"]) <= set(words.requires_any)
+    raw = json.loads(DATA_FILE.read_text(encoding="utf-8"))
+    raw["signatures"][0]["requires_any"] = ["@no-such-list"]
+    with pytest.raises(ValidationError, match="unknown context list"):
+        SignatureDB.model_validate(raw)

@@ -151,6 +151,8 @@ class SignatureDB(BaseModel):
     min_score: float
     tools: dict[str, str]
     variables: dict[str, str] = Field(default_factory=dict)  # "$NAME" in a tool's line -> what to set it to
+    contexts: dict[str, list[str]] = Field(default_factory=dict, description=(
+        "named context word lists; '@name' in a signature's requires_any stands for the list"))
     categories: dict[str, CategorySpec]
     noise: list[Noise]
     signatures: list[Signature]
@@ -165,6 +167,13 @@ class SignatureDB(BaseModel):
             for step in spec.next_steps:
                 if step.tool not in self.tools:
                     raise ValueError(f"next step names unknown tool {step.tool}")
+        for sig in self.signatures:
+            if any(lit.startswith("@") for lit in sig.requires_any):
+                unknown = [lit for lit in sig.requires_any if lit.startswith("@") and lit[1:] not in self.contexts]
+                if unknown:
+                    raise ValueError(f"signature {sig.id}: unknown context list {unknown[0]}")
+                sig.requires_any = list(dict.fromkeys(
+                    word for lit in sig.requires_any for word in (self.contexts[lit[1:]] if lit.startswith("@") else [lit])))
         ids = [s.id for s in self.signatures] + [n.id for n in self.noise] + [c.id for c in self.clues]
         if len(ids) != len(set(ids)):
             raise ValueError("duplicate signature ids")
