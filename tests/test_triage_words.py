@@ -119,3 +119,13 @@ def test_a_run_of_one_character_in_a_dump_is_not_a_stuck_llm() -> None:
     """Base64 of zeros ('AAAA...') or a repeated word glued together by a tool is not an LLM repeating a token."""
     assert triage_log(text="prompt: x\nweights: " + "A" * 200 + "==\n").category == "other"
     assert triage_log(text="llm_demo prompt.txt\n" + "ab" * 3 + " QNN ready\n").category == "other"
+
+
+@pytest.mark.parametrize("text", [
+    "[Bug] QNN backend: inference result wrong on Snapdragon 8 Gen 3",
+    "HTP delegate gives incorrect detections for yolov8",
+    "Wrong output values when running the int8 model on the NPU",
+])
+def test_titles_that_say_the_numbers_are_wrong(text: str) -> None:
+    r = triage_log(text=text + "\n")
+    assert r.category == "wrong_results_accuracy", r.hypotheses
