@@ -53,6 +53,8 @@ SHOWN = [
     "Answer: 的的的的的的的的的的的的",
     "prompt> hi\nOutput: !!!!!!!!!!!!!!!!",
     "User: what is 2+2?\nAssistant: <unk> <unk> <unk> <unk>",
+    "prompt: hi\nresponse: ĠĠĠĠĠĠĠĠ",
+    "Answer: <0x0A><0x0A><0xE4><0xBD><0xA0>",
 ]
 
 
