@@ -197,3 +197,11 @@ def test_genie_status_reasons(log: str, category: str) -> None:
 
 def test_a_bare_genie_general_error_names_nothing() -> None:
     assert triage_log(text="ChatApp: GenieDialog_create returned GENIE_STATUS_ERROR_GENERAL\n").category == "other"
+
+
+@pytest.mark.parametrize("log", [
+    "GroupNorm isn't supported by the HTP backend yet",
+    "[QNN] op ScatterElements is not yet supported",
+])
+def test_unsupported_spellings(log: str) -> None:
+    assert triage_log(text=log + "\n").category == "unsupported_op_not_registered"

@@ -33,7 +33,7 @@ ANCHORS = ("ail", "AIL", "rror", "RROR", "nable to", "annot", "an't", "ould not"
            "out of", "overflow", "timed out", "not support", "cos", "COS", "Cos", "SQNR", "SNR", "abs", "compiled", "generated", "built", "newer", "older",
            "ismatch", "does not match", "doesn't match", "iffer",
            "not detected", "not found", "not available", "not present", "navailable", "issing", "No NPU", "no NPU",
-           "rc=", "rc:", "rc =", "GENIE_STATUS_ERROR")
+           "rc=", "rc:", "rc =", "GENIE_STATUS_ERROR", "t supported", "t yet supported")
 
 _SUCCESS = re.compile(r"(?i)\bsuccess(?:fully|ful)?\b|\bsucceed(?:ed|s)?\b|without (?:any )?(?:issues?|errors?|problems?)"
                       r"|\bworks? (?:fine|well)\b")
@@ -46,7 +46,7 @@ _CODE = re.compile(r"\b(?:0x(?P<hex>[0-9a-fA-F]{3,4})|(?P<dec>\d{4,5}))\b")
 _FASTRPC = re.compile(r"\bAEE_E\w+|\b0x8000[0-9a-fA-F]{4}\b|\b(?:remote_\w+|rpcmem_\w+|fastrpc\w*|dspqueue_\w+|apps_dev_init"
                       r"|open_dev|I?DspTransport\w*|dlopen_ex|HAP_\w+|adsprpc|cdsprpc)")
 _MMAP = re.compile(r"(?i)mmap|memory map|\bmap(?:ping)?\b|\bmunmap")
-_UNSUPPORTED = re.compile(r"(?i)\bnot (?:be )?supported\b|\bnot support\b|\bno support for\b|\bunsupported\b|\bnot implemented\b|\bno translation\b"
+_UNSUPPORTED = re.compile(r"(?i)(?:\bnot|n't) (?:be |yet |currently |fully )?supported\b|\bnot support\b|\bno support for\b|\bunsupported\b|\bnot implemented\b|\bno translation\b"
                           r"|\bnot registered\b|\bdon'?t support\b|\bdoes not support\b|\bonly supports?\b")
 _OP_WORD = re.compile(r"(?i)\b(?:ops?|operators?|nodes?|layers?|dtypes?|data ?types?|datatypes?|types?"
                       r"|u?int(?:4|8|16|32|64)|float(?:16|32|64)?|fp(?:8|16|32)|bf16|bool|QNN_DATATYPE_\w+|aten\.\w+)\b")
