@@ -131,3 +131,12 @@ def test_a_run_of_one_character_in_a_dump_is_not_a_stuck_llm() -> None:
 def test_titles_that_say_the_numbers_are_wrong(text: str) -> None:
     r = triage_log(text=text + "\n")
     assert r.category == "wrong_results_accuracy", r.hypotheses
+
+
+@pytest.mark.parametrize(("text", "category"), [
+    ("the QNN runner exits after printing the results", "other"),          # a program that ends is no crash
+    ("the QNN runner exits silently after loading the context", "convert_segfault"),
+    ("qnn-net-run terminated with code -11 right after graph prepare", "convert_segfault"),
+])
+def test_a_program_that_ends_is_a_crash_only_when_it_ends_abnormally(text: str, category: str) -> None:
+    assert triage_log(text=text + "\n").category == category

@@ -33,7 +33,8 @@ ANCHORS = ("ail", "AIL", "rror", "RROR", "nable to", "annot", "an't", "ould not"
            "out of", "overflow", "timed out", "not support", "cos", "COS", "Cos", "SQNR", "SNR", "abs", "compiled", "generated", "built", "newer", "older",
            "ismatch", "does not match", "doesn't match", "iffer",
            "not detected", "not found", "not available", "not present", "navailable", "issing", "No NPU", "no NPU",
-           "rc=", "rc:", "rc =", "GENIE_STATUS_ERROR", "t supported", "t yet supported")
+           "rc=", "rc:", "rc =", "GENIE_STATUS_ERROR", "t supported", "t yet supported",
+           "erminated", "illed by", "ied with", "xited with", "borted")
 
 _SUCCESS = re.compile(r"(?i)\bsuccess(?:fully|ful)?\b|\bsucceed(?:ed|s)?\b|without (?:any )?(?:issues?|errors?|problems?)"
                       r"|\bworks? (?:fine|well)\b")
@@ -77,7 +78,8 @@ _PY_QNN = re.compile(r"(?i)qnn|qualcomm|htp|hexagon|qairt|executorch|\bmnn\b|onn
 _CRASH = re.compile(r"(?i)segmentation fault|\bsegfault\b|\bsig(?:segv|abrt|bus|ill)\b|core dumped|\btombstone"
                     r"|fatal signal \d+|\bsignal (?:11|6)\b|exit (?:code|status) 13[49]\b|段错误|核心已转储"
                     r"|\baccess violation\b|\b0xc0000005\b|exit (?:code|status) -(?:1073741819|1073740791|11|6)\b"
-                    r"|exit status -(?:11|6)\b|Signals\.SIG(?:SEGV|ABRT|BUS|ILL)\b|Fatal Python error: (?:Segmentation|Aborted|Bus)")
+                    r"|exit status -(?:11|6)\b|Signals\.SIG(?:SEGV|ABRT|BUS|ILL)\b|Fatal Python error: (?:Segmentation|Aborted|Bus)"
+                    r"|\b(?:terminated|killed|died|exited|aborted) (?:with|by|on) (?:signal|code|status) (?:-?(?:11|6|7)|SIG\w+)\b")
 # Access to the DSP refused, and the nouns that make it the DSP's (not a file's) refusal.
 _DENIED = re.compile(r"(?i)permission denied|access (?:is )?denied|not permitted|\bEACCES\b|\bEPERM\b|\bno access\b"
                      r"|avc:\s*denied|权限不足|没有权限|无权限|权限被拒绝?")
