@@ -205,3 +205,11 @@ def test_a_bare_genie_general_error_names_nothing() -> None:
 ])
 def test_unsupported_spellings(log: str) -> None:
     assert triage_log(text=log + "\n").category == "unsupported_op_not_registered"
+
+
+@pytest.mark.parametrize("log", [
+    "ImportError: DLL load failed while importing onnxruntime_genai: The specified procedure could not be found. (QNN build)",
+    "OSError: [WinError 126] The specified module could not be found. Error loading \"C:\\qnn\\lib\\QnnHtp.dll\"",
+])
+def test_windows_dll_loading_failures(log: str) -> None:
+    assert triage_log(text=log + "\n").category == "device_lib_missing_or_load_failure"
