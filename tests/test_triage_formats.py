@@ -213,3 +213,8 @@ def test_unsupported_spellings(log: str) -> None:
 ])
 def test_windows_dll_loading_failures(log: str) -> None:
     assert triage_log(text=log + "\n").category == "device_lib_missing_or_load_failure"
+
+
+def test_a_version_that_is_not_compatible() -> None:
+    r = triage_log(text="QAIRT SDK version 2.31 is not compatible with onnxruntime-qnn 1.20 (built for 2.28)\n")
+    assert r.category == "sdk_version_or_lib_mismatch"

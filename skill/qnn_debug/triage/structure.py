@@ -34,7 +34,8 @@ ANCHORS = ("ail", "AIL", "rror", "RROR", "nable to", "annot", "an't", "ould not"
            "ismatch", "does not match", "doesn't match", "iffer",
            "not detected", "not found", "not available", "not present", "navailable", "issing", "No NPU", "no NPU",
            "rc=", "rc:", "rc =", "GENIE_STATUS_ERROR", "t supported", "t yet supported",
-           "erminated", "illed by", "ied with", "xited with", "borted")
+           "erminated", "illed by", "ied with", "xited with", "borted",
+           "t compatible")
 
 _SUCCESS = re.compile(r"(?i)\bsuccess(?:fully|ful)?\b|\bsucceed(?:ed|s)?\b|without (?:any )?(?:issues?|errors?|problems?)"
                       r"|\bworks? (?:fine|well)\b")
@@ -71,7 +72,7 @@ _ABSENT = re.compile(r"(?i)\b(?:npu|htp|dsp|cdsp|hexagon|accelerator|qnn (?:devi
                      r"(?:not (?:be )?(?:detected|found|available|present)|unavailable|missing)\b|\bno (?:npu|htp|dsp|hexagon|qnn device)s?\b"
                      r"[^\n]{0,20}?\b(?:found|detected|available|present)\b")
 _VERSION_BAD = re.compile(r"(?i)mismatch|incompatib|does(?:n't| not) match|\bnot match|\bunknown\b|unsupported|too old"
-                          r"|\b(?:newer|older|higher|lower)\b[^\n]{0,40}?\bthan\b"
+                          r"|\b(?:newer|older|higher|lower)\b[^\n]{0,40}?\bthan\b|(?:\bnot|n't) compatible\b"
                           r"|\bbelow\b|older than|newer than|\bexpected\b")
 _PY_IMPORT = re.compile(r"(?:ModuleNotFoundError|ImportError)\b[^\n]*")
 _PY_QNN = re.compile(r"(?i)qnn|qualcomm|htp|hexagon|qairt|executorch|\bmnn\b|onnxruntime")
