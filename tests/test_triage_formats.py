@@ -218,3 +218,7 @@ def test_windows_dll_loading_failures(log: str) -> None:
 def test_a_version_that_is_not_compatible() -> None:
     r = triage_log(text="QAIRT SDK version 2.31 is not compatible with onnxruntime-qnn 1.20 (built for 2.28)\n")
     assert r.category == "sdk_version_or_lib_mismatch"
+
+
+def test_a_model_part_that_fails_to_execute() -> None:
+    assert triage_log(text="QNN VAE decoder exec failed (step 3)\n").category == "execute_failed_6000"
