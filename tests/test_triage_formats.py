@@ -222,3 +222,11 @@ def test_a_version_that_is_not_compatible() -> None:
 
 def test_a_model_part_that_fails_to_execute() -> None:
     assert triage_log(text="QNN VAE decoder exec failed (step 3)\n").category == "execute_failed_6000"
+
+
+@pytest.mark.parametrize(("log", "category"), [
+    ("QnnDsp <E> Failed to create context from binary for decoder_2", "sdk_version_or_lib_mismatch"),
+    ("could not prepare the HTP graph for the decoder", "finalize_failed_1002"),
+])
+def test_a_decoder_named_in_a_line_is_not_a_run(log: str, category: str) -> None:
+    assert triage_log(text=log + "\n").category == category
