@@ -230,3 +230,16 @@ def test_a_model_part_that_fails_to_execute() -> None:
 ])
 def test_a_decoder_named_in_a_line_is_not_a_run(log: str, category: str) -> None:
     assert triage_log(text=log + "\n").category == category
+
+
+@pytest.mark.parametrize("log", [
+    "python llmexport.py --path Qwen3-8B --export mnn --generate_for_npu\nloading model...\nKilled\n",
+    "./run.sh: line 12: 40211 Killed                  ./qnn-net-run --backend libQnnHtp.so\n",
+    "python llmexport.py --path Qwen3-8B\n已杀死\n",
+])
+def test_a_process_the_shell_reports_killed_ran_out_of_memory(log: str) -> None:
+    assert triage_log(text=log).category == "vtcm_or_memory"
+
+
+def test_killed_inside_a_sentence_is_not_the_shell() -> None:
+    assert triage_log(text="Killed the old adb server, restarting QNN run\ninference done\n").category == "other"
