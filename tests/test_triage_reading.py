@@ -32,7 +32,8 @@ def test_gdb_backtrace_alone_names_the_map_miss_and_is_not_asked_for_again() -> 
     assert {f.known for f in r.frames} >= {"qnn-float-to-half", "create-static-tensor", "get-tensor-idx", "compilefornpu-main"}
     assert any("no need to ask for another backtrace" in f for f in r.facts)
     assert not any("backtrace" in s.why for s in r.next_steps if s.tool == "triage_log")
-    assert any(s.cli == "qnn-debug op StridedSlice --probe" for s in r.next_steps)
+    # StridedSlice only read the tensor an earlier CPU-fallback op left unmapped: its constraints are not the question
+    assert not any(s.cli and "StridedSlice" in s.cli for s in r.next_steps), r.next_steps
 
 
 def test_full_matching_backtrace_scores_higher_than_a_bare_segfault_line() -> None:

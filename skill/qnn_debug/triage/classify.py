@@ -26,6 +26,7 @@ from typing import IO
 
 from ..errors import BadInputError
 from .backtrace import Frame, known_frames, parse_frames
+from .call_sites import CallSite, call_site
 from .cases import CASE_BOOST, CaseMatcher, read_cases
 from .commands import STEP_MARKERS, CommandLine, command_facts, ended_cleanly, find_commands
 from .models import Basis, Evidence, Hypothesis, NextStep, NoiseHit, TriageResult, TriageStats
@@ -112,6 +113,7 @@ class _Scan:
     cases: CaseMatcher = field(default_factory=lambda: CaseMatcher([]))
     case_warnings: list[str] = field(default_factory=list)
     structure: StructureScan = field(default_factory=StructureScan)
+    call_sites: list[CallSite] = field(default_factory=list)
 
 
 # LinearAttention, RoPE, FusedLinear, GatedRMSNorm: OpTypes the LLM exporter's C4 fusion emits (schema at 4d40bdb).
@@ -226,6 +228,8 @@ def _scan_chunks(scan: _Scan, chunks: Iterator[bytes]) -> None:
     wide = {a: b for a, b in anchors.items() if not b.isascii()}
     for raw in _lines_aligned(chunks):
         scan.bytes += len(raw)
+        if b"Error in file" in raw:
+            raw = _read_call_sites(scan, raw)
         ascii_only = raw.isascii()
         # Anchor presence is tested once per chunk on the raw bytes (memchr speed), shared by all signatures.
         present = {a for a, b in narrow.items() if b in raw}
@@ -264,6 +268,24 @@ def _scan_chunks(scan: _Scan, chunks: Iterator[bytes]) -> None:
         scan.lines += text.count("\n")
     if scan.bytes and not scan.lines:
         scan.lines = 1
+
+
+_CALL_NOTE = re.compile(r" \[MNN \w+ line table: [^\]]*\]")  # what _read_call_sites adds; evidence stays verbatim
+
+
+def _read_call_sites(scan: _Scan, raw: bytes) -> bytes:
+    """Name the QNN call behind each MNN ``Error in file ..., line N: error code C`` line (same line, so line
+    numbers stay exact), so that the signatures read ``contextCreateFromBinary failed ...`` and not a bare code."""
+    out = []
+    for line in raw.split(b"\n"):
+        site = call_site(line.decode("utf-8", "replace")) if b"Error in file" in line else None
+        if site is not None:
+            if len(scan.call_sites) < 8 and site not in scan.call_sites:
+                scan.call_sites.append(site)
+            note = f" [MNN {site.commit} line table: {site.reading()}]".encode()
+            line = line[:-1] + note + b"\r" if line.endswith(b"\r") else line + note
+        out.append(line)
+    return b"\n".join(out)
 
 
 def _scan_structure(scan: _Scan, raw: bytes, text: str, base: int) -> None:
@@ -443,6 +465,12 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         warnings.append("The log stops without a crash line or an end marker: the last lines were probably lost in the "
                         "pipe buffer (or the process was killed). Re-run the failing command under `stdbuf -o0` (or "
                         "`gdb --args <command>`, then `bt`) and triage that log.")
+    failed = {c for c, sc in scores.items() if c != "other" and sc >= db.min_score and kinds.get(c, set()) - {"words"}}
+    if in_export and c4_fused and failed <= {"unsupported_op_not_registered"} and not ended_cleanly(tail_text):
+        warnings.append("The export log stops right after an LLM fused op fell back to CPU, with no crash line and no "
+                        "end marker: in convert mode that op's output is baked by the next QNN op, which usually "
+                        "crashes. Re-run the failing command under `stdbuf -o0` (or `gdb --args <command>`, then `bt`) "
+                        "and triage that log.")
     if scan.case_warnings:
         warnings.extend(scan.case_warnings)
     if "skip-check" in scan.clue_hits:
@@ -469,6 +497,9 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         evidence = [Evidence(line=n, text=t, signature="generic-error-line", category="other") for n, t in scan.generic]
         evidence = evidence or [Evidence(line=n, text=t, signature="log-tail", category="other") for n, t in scan.tail]
     evidence.sort(key=lambda e: (e.category != category, e.line))
+    evidence = list({e.line: e for e in reversed(evidence)}.values())[::-1]  # one row per log line, the first kept
+    for e in evidence:
+        e.text = _CALL_NOTE.sub("", e.text)  # the log's own words, without the call name triage added to read them
     hypotheses = [
         Hypothesis(category=c, title=db.categories[c].title, score=round(s, 2), why=reasons.get(c, []),
                    playbook=db.categories[c].playbook)
@@ -478,10 +509,13 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         hypotheses.append(Hypothesis(category="other", title=db.categories["other"].title, score=0.0,
                                      why=["no known QNN failure signature matched"], playbook=db.categories["other"].playbook))
     facts, op_steps = _facts(groups, category)
-    frame_ops = _ops_in_frames(scan.frames)
+    # Under getTensorIdx (the #4716 map miss) the op in the frames only read a tensor an earlier CPU-fallback op
+    # left unmapped: its constraints are not the question, so it gets no `qnn-debug op` step.
+    frame_ops = [] if any(f.known == "get-tensor-idx" for f in scan.frames) else _ops_in_frames(scan.frames)
     facts = [f"known case {k.date} ({k.category}): {k.cause} -> fix: {k.fix}" + (f" [{k.source}]" if k.source else "")
              for k in hits] + _frame_facts(scan.frames) + command_facts(scan.commands) + facts
     facts += [db_clue.fact for db_clue in db.clues if db_clue.id in scan.clue_hits]
+    facts += [site.fact() for site in scan.call_sites]
     spec = db.categories[category]
     title = spec.title + (" (the run reports success)" if category == "other" and "other" in scores else "")
     if stopped and category == "convert_segfault":
@@ -495,6 +529,11 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         if has_op_steps and s.tool == "lookup_op_constraints" and s.cli is None:
             continue  # the concrete `qnn-debug op <name>` steps above replace the generic one
         steps.append(_tool_step(db, s.tool, s.cli or db.tools[s.tool], s.why))
+    if category == "op_validation_failed_3110_0xc26" and _llm_index_node(groups, in_export):
+        steps.insert(0, _tool_step(db, "check_llm_export", db.tools["check_llm_export"],
+                                   "a Gather/rotary node of an LLM export fails validation: the usual cause is an "
+                                   "index tensor quantized by smooth/omni activation quant; llm-check finds it"))
+    steps = list({s.cli: s for s in reversed(steps)}.values())[::-1]  # one step per command, the first kept
     return TriageResult(
         source=label,
         category=category,
@@ -631,7 +670,7 @@ def _facts(groups: list[tuple[Signature, dict[str, str]]], category: str) -> tup
             facts.append(fact)
 
     commit = source()["commit"][:7]
-    for _sig, g in groups:
+    for _sig, g in sorted(groups, key=lambda sg: sg[0].category != category):
         if "optype" in g:
             n = int(g["optype"])
             try:
@@ -655,7 +694,34 @@ def _facts(groups: list[tuple[Signature, dict[str, str]]], category: str) -> tup
                 ops.append(g[key])
         if "node" in g and category in ("op_validation_failed_3110_0xc26", "finalize_failed_1002", "unsupported_op_not_registered"):
             add(f"node named by the log: {g['node']}")
+            if _sig.category == category and (op := _op_of_node(g["node"])):
+                ops.append(op)
     return facts, _op_steps(ops)
+
+
+_NODE_PARTS = re.compile(r"[_/.:]+")
+
+
+def _op_of_node(node: str) -> str | None:
+    """The op type a QNN node name ends in (MNN and the QNN converters name nodes ``<path>_<OpType>``, e.g.
+    ``_layers_23_self_attn_o_proj_Linear_MatMul``), when it is an op the lookup knows."""
+    from ..ops.lookup import op_next_step
+
+    parts = [p for p in _NODE_PARTS.split(node) if p and not p.isdigit()]
+    return parts[-1] if parts and op_next_step(parts[-1]) is not None else None
+
+
+_INDEX_NODE = re.compile(r"(?i)rotary|rope|gather|position|cos|sin")
+
+
+def _llm_index_node(groups: list[tuple[Signature, dict[str, str]]], in_export: bool) -> bool:
+    """A rejected node that reads positions or gathers, in an LLM export (export log, or decoder-layer names)."""
+    for _sig, g in groups:
+        node = g.get("node", "")
+        if node and _INDEX_NODE.search(node) and (in_export or re.search(r"layers?[._]\d", node)
+                                                  or "rotary" in node.lower()):
+            return True
+    return False
 
 
 def _op_steps(ops: list[str]) -> list[NextStep]:
