@@ -26,6 +26,11 @@ def human_triage(r: Any, request: Any) -> None:
     if r.facts:
         out.write("facts:\n" + "".join(f"  - {f}\n" for f in r.facts))
     out.write("next steps:\n" + "".join(f"  - {s.cli}    # {s.why}\n" for s in r.next_steps))
+    if r.similar.threads:
+        lean = " (they gave the category: no rule named a failure)" if r.similar.decided else ""
+        out.write(f"similar public threads{lean}:\n" + "".join(
+            f"  - {t.url}  {t.category}, similarity {t.similarity:.2f}"
+            + (f", shared: {' '.join(t.shared_terms[:4])}" if t.shared_terms else "") + "\n" for t in r.similar.threads))
     if len(r.hypotheses) > 1:
         out.write("other hypotheses: " + ", ".join(f"{h.category} ({h.score:g})" for h in r.hypotheses[1:]) + "\n")
     if r.noise:

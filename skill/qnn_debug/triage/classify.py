@@ -31,6 +31,8 @@ from .cases import CASE_BOOST, CaseMatcher, read_cases
 from .commands import STEP_MARKERS, CommandLine, command_facts, ended_cleanly, find_commands
 from .models import Basis, Evidence, Hypothesis, NextStep, NoiseHit, TriageResult, TriageStats
 from .signatures import Signature, SignatureDB, load_signatures
+from .similar import SimilarFeed, SimilarIndex, lean_reason, shown
+from .similar import POLICY as SIMILAR_POLICY
 from .structure import StructureScan, rules
 
 CHUNK_BYTES = 4 << 20
@@ -114,6 +116,7 @@ class _Scan:
     case_warnings: list[str] = field(default_factory=list)
     structure: StructureScan = field(default_factory=StructureScan)
     call_sites: list[CallSite] = field(default_factory=list)
+    similar: SimilarFeed = field(default_factory=SimilarFeed)
 
 
 # LinearAttention, RoPE, FusedLinear, GatedRMSNorm: OpTypes the LLM exporter's C4 fusion emits (schema at 4d40bdb).
@@ -121,16 +124,18 @@ LLM_C4_FUSED_OPTYPES = {"305", "306", "307", "308"}
 
 
 def triage_log(source: str | Path | None = None, *, text: str | None = None, data: bytes | None = None,
-               stream: IO[bytes] | None = None, cases: str | Path | None = None) -> TriageResult:
+               stream: IO[bytes] | None = None, cases: str | Path | None = None,
+               similar: SimilarIndex | None = None) -> TriageResult:
     """Triage one log given as a path (``-`` = stdin), a string, bytes or a binary stream.
 
     ``cases`` is a cases file (``qnn-debug case-add``): past solved cases whose text occurs in the log are
-    reported first and weigh on the answer. Raises :class:`BadInputError` for a missing path, a
+    reported first and weigh on the answer. ``similar`` replaces the shipped index of labelled public logs (the
+    accuracy script passes one without the log under test). Raises :class:`BadInputError` for a missing path, a
     directory, an empty log, or a cases file that cannot be read.
     """
     start = time.perf_counter()
     db = load_signatures()
-    scan = _Scan(db=db)
+    scan = _Scan(db=db, similar=SimilarFeed(similar))
     if cases is not None:
         case_file = read_cases(cases)
         scan.cases = CaseMatcher(case_file.records)
@@ -240,6 +245,7 @@ def _scan_chunks(scan: _Scan, chunks: Iterator[bytes]) -> None:
         base = scan.lines
         _remember_tail(scan, text, base)
         text = _blank_noise(scan, text, base, present)
+        scan.similar.feed(text)
         scan.structure.feed(text, base)
         for lit in context_literals - scan.context_seen:
             if (ascii_only and not lit.isascii()) or lit.encode("utf-8") not in raw:
@@ -471,6 +477,13 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
                         "end marker: in convert mode that op's output is baked by the next QNN op, which usually "
                         "crashes. Re-run the failing command under `stdbuf -o0` (or `gdb --args <command>`, then `bt`) "
                         "and triage that log.")
+    similar = scan.similar.opinion()
+    named = any(s >= db.min_score for c, s in scores.items() if c != "other")
+    if not stopped and not named and "other" not in scores and scan.similar.leans():
+        # No rule names a failure (neither the log's lines nor the reporter's words), none says the run succeeded, yet
+        # the log says something failed: the closest labelled public logs lean clearly to one category.
+        similar.decided = True
+        add(str(similar.category), db.min_score, scan.lines, lean_reason(similar), "similar")
     if scan.case_warnings:
         warnings.extend(scan.case_warnings)
     if "skip-check" in scan.clue_hits:
@@ -492,6 +505,8 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         confidence = min(confidence, structure.structure_only_confidence)
     elif basis == "words":
         confidence = min(confidence, WORDS_ONLY_CONFIDENCE)
+    elif basis == "similar":
+        confidence = min(confidence, SIMILAR_POLICY.confidence)
     low_reason = _low_confidence_reason(basis, confidence, stopped and category == "convert_segfault")
     if not evidence:
         evidence = [Evidence(line=n, text=t, signature="generic-error-line", category="other") for n, t in scan.generic]
@@ -548,6 +563,7 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         next_steps=steps,
         facts=facts,
         known_cases=hits,
+        similar=similar.model_copy(update={"threads": shown(similar.threads)}),
         frames=scan.frames[:32],
         commands=scan.commands,
         noise=[NoiseHit(id=n.id, count=scan.noise_count[n.id], first_line=scan.noise_first.get(n.id, 0), why=n.why)

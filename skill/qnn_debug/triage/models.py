@@ -10,8 +10,10 @@ from ..next_step import NextStep
 from .backtrace import Frame
 from .cases import KnownCase
 from .commands import CommandLine
+from .similar import SimilarOpinion, SimilarThread
 
-__all__ = ["Basis", "Evidence", "Hypothesis", "KnownCase", "NextStep", "NoiseHit", "TriageResult", "TriageStats"]
+__all__ = ["Basis", "Evidence", "Hypothesis", "KnownCase", "NextStep", "NoiseHit", "SimilarOpinion", "SimilarThread",
+           "TriageResult", "TriageStats"]
 
 
 # What decided the category: a known log wording (signature, known backtrace frame, past case), only the reporter's
@@ -71,6 +73,9 @@ class TriageResult(BaseModel):
     next_steps: list[NextStep]
     facts: list[str] = Field(default_factory=list, description="decoded OpType numbers, QNN error codes, named nodes")
     known_cases: list[KnownCase] = Field(default_factory=list, description="past solved cases (cases file) whose text occurs in this log")
+    similar: SimilarOpinion = Field(default_factory=SimilarOpinion, description=(
+        "labelled public threads whose logs resemble this one (URL, category, similarity, shared terms) and the "
+        "category they lean to; it gives the category only where no rule names a failure (decided=true)"))
     frames: list[Frame] = Field(default_factory=list, description="backtrace frames found in the log (gdb, lldb, tombstone)")
     commands: list[CommandLine] = Field(default_factory=list, description="export/convert command lines found in the log")
     noise: list[NoiseHit] = Field(default_factory=list)
