@@ -184,3 +184,12 @@ def test_in_sample_accuracy_never_lets_a_log_find_itself() -> None:
     alone = triage_log(text=case.text, similar=inside.index_without(_key_is(_case_id, case.id)))
     assert alone.similar.threads and all(t.id != case.id for t in alone.similar.threads)
     assert triage_log(text=case.text).similar.threads[0].id == case.id  # the shipped index does hold it
+
+
+@pytest.mark.parametrize("line", ["a." * 64000, "a-" * 64000, "x@" * 64000, "2024-01-0" * 14000, "/a" * 64000])
+def test_a_hostile_line_is_read_in_linear_time(line: str) -> None:
+    feed = SimilarFeed()
+    feed.feed(line + "\nerror\n")
+    start = time.process_time()
+    feed.opinion()
+    assert time.process_time() - start < 3.0

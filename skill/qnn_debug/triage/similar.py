@@ -78,8 +78,9 @@ _STOPWORDS = (
 _STOP = frozenset(_STOPWORDS.split())
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _URL = re.compile(r"https?://\S+|www\.\S+")
-_USER_AT = re.compile(r"\b[\w.-]+@[\w.-]+(?::\S*)?")
-_FILE = re.compile(r"(?i)\b([\w+-]+(?:\.[\w+-]+)*\.(?:so|dll|dylib|a|lib|bin|mnn|onnx|pte|tflite|dlc|py|cpp|cc|c|h|hpp"
+# Every repetition that could rescan a long run of word characters is bounded, so a hostile line stays linear.
+_USER_AT = re.compile(r"\b[\w.-]{1,64}@[\w.-]{1,128}(?::\S{0,256})?")
+_FILE = re.compile(r"(?i)\b([\w+-]{1,128}(?:\.[\w+-]{1,128}){0,6}\.(?:so|dll|dylib|a|lib|bin|mnn|onnx|pte|tflite|dlc|py|cpp|cc|c|h|hpp"
                    r"|json|apk|aar|exe))(?:\.\d+)*\b")
 _PATH = re.compile(r"(?:\b[A-Za-z]:)?(?:[\\/][\w.@~+-]+){2,}[\\/]?|~(?:[\\/][\w.@~+-]+)+")
 _TIME = re.compile(r"\b\d{1,4}[-/.:]\d{1,2}[-/.:]\d{1,4}(?:[ T]\d{1,2}:\d{2}(?::\d{2})?)?(?:[.,]\d+)?\b")
