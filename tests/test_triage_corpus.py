@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import triage_accuracy
 from qnn_debug.triage import triage_log
 from qnn_debug.triage.signatures import CATEGORIES
 from triage_accuracy import CORPUS, HELDOUT, evaluate, top1
@@ -67,3 +68,14 @@ def test_stripped_signal_gives_other_not_a_guess() -> None:
     r = triage_log(text="Test convert_cache.mnn from input info: onnx\nRun for 0 time\nWrite y output to output/0_0.txt\n")
     assert r.category == "other"
     assert r.evidence and r.next_steps
+
+
+def test_cross_rounds_reads_only_the_in_sample_corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``--cross-rounds`` measures the similar-threads layer without the held-out part (it must not even exist)."""
+    monkeypatch.setattr(triage_accuracy, "HELDOUT", tmp_path / "absent")
+    assert triage_accuracy.main(["--cross-rounds"]) == 0
+    out = capsys.readouterr().out
+    for line in ("leave one round out", "round 4", "leave one source repository out", "all repositories"):
+        assert line in out
+    assert "layer alone" in out and "rules+layer" in out
