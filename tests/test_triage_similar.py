@@ -102,7 +102,8 @@ def test_the_lean_decides_only_where_no_rule_names_a_failure_and_it_is_clear() -
     lean = triage_log(text=build + "\nthe export fails with an error\n", similar=index)
     assert lean.category == "build_error" and lean.similar.decided
     assert lean.confidence <= POLICY.confidence and lean.hypotheses[0].category == "build_error"
-    assert "example/build_error" in " ".join(lean.hypotheses[0].why) and lean.warnings
+    assert "example/build_error" in " ".join(lean.hypotheses[0].why)
+    assert lean.basis == "similar" and lean.low_confidence and lean.low_confidence_reason
     quiet = triage_log(text=build + "\n", similar=index)
     assert quiet.category == "other" and not quiet.similar.decided  # nothing in the log says that anything failed
     short = triage_log(text=" ".join(VOCAB["build_error"][:5]) + " error\n", similar=index)

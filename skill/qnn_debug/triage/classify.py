@@ -31,8 +31,8 @@ from .cases import CASE_BOOST, CaseMatcher, read_cases
 from .commands import STEP_MARKERS, CommandLine, command_facts, ended_cleanly, find_commands
 from .models import Basis, Evidence, Hypothesis, NextStep, NoiseHit, TriageResult, TriageStats
 from .signatures import Signature, SignatureDB, load_signatures
-from .similar import SimilarFeed, SimilarIndex, lean_reason, shown
 from .similar import POLICY as SIMILAR_POLICY
+from .similar import SimilarFeed, SimilarIndex, lean_reason, shown
 from .structure import StructureScan, rules
 
 CHUNK_BYTES = 4 << 20
