@@ -1,8 +1,8 @@
 """Print triage accuracy on real logs, in-sample and held-out separately: ``python tests/triage_accuracy.py``.
 
 ``fixtures/triage_corpus`` holds the in-sample logs (signatures may be written against them). It includes the logs of
-the two earlier held-out rounds: once their misses had been read they could no longer serve as held-out, so they were
-moved in-sample (the second round's 24 logs carry ``"round": "heldout-2"`` and are reported as their own line).
+the earlier held-out rounds: once their misses had been read they could no longer serve as held-out, so they were
+moved in-sample (rounds 2-4 carry ``"round": "heldout-N"`` and are reported as their own lines).
 
 ``fixtures/triage_heldout`` is the fifth held-out set (see its manifest). Like every round it is collected, labelled
 (by ``fixtures/triage_labelling.md``) and committed before any signature or engine change of that round; triage is run
@@ -33,6 +33,31 @@ hits carry confidence <= 0.45 (structure alone or a weak wording). The 12 misses
     other) read as a device failure at 0.39;
   the excerpt stops before the failing line (1): et-9084.
 These 41 have been read and moved in-sample (``"round": "heldout-4"``); round 5 uses a new set.
+
+Round 5: a written rule book (``fixtures/triage_labelling.md``) first; then a new held-out set of 72 logs from public
+threads (MNN 17, ExecuTorch 9, LiteRT 6, AI Hub 8, Olive/ORT/ORT GenAI/Foundry 12, mllm 4, llama.cpp/GenieX/PowerServe/
+fastrpc/aimet/TVM/apps 16), collected blind to the engine by people who never ran triage, committed before any engine
+change. The engine before the round scored 39/72 = 54.2% on it (aggregate only, not read). The round's changes: the
+rule book's order (a warning the run survives loses to what stopped it), failure families told in words (EN/ZH),
+formats of runtimes not seen yet, a typed basis/low-confidence answer, MNN's CALL_QNN line table, and similar public
+threads. Measured once after them: in-sample 183/189 = 96.8% (168/189 before the round), round-5 held-out 47/72 =
+65.3% (rules alone 46/72; the similar-threads layer decided 9, right on 4). Below the 90% goal. The 25 misses, by
+reason (read after the measurement, not tuned on):
+  the failure is told only in prose or a table no rule reads (9): a graph finalize that hangs and eats 4 GB
+    (ort-18353), a model running on CPU said in words (litert-7858), a tombstone cut to __libc_init plus prose
+    (aihubapps-56), a blank error (localdream-222), "cannot communicate with the DSP" in Chinese (mllm-461), a missing
+    op-package .so in Chinese (mllm-123), RAM exhausted in words (powerserve-6), an MSE table growing with depth
+    (aimet-3978), a context-binary size failure with no finalize line (et-7946);
+  a script or app error outside QNN (labelled other) read as a failure category (5): olive-1905, aihubmodels-189,
+    aihubmodels-154, aimet-4001, ortinfex-369 (three of them decided by similar threads);
+  borderline labels the engine reads the other way (7): a silent null from a compile step (litert-9045), a silent exit
+    at session creation (ort-23431), 5005 because another process holds the NPU (ortgenai-1806), "Unable to compile any
+    nodes" (olive-1913), an SDK Python binding that does not import (aihubmodels-181), "Invalid json" before a 段错误
+    (mnn-654), an app's own platform check (anythingllm-2962);
+  clear lines read wrongly (4): a CMake "Use of X requires Y" error (etexamples-108), a KeyError for an op with no node
+    visitor (et-8139), "Dynamic tensor is not supported" (7005) read as a version problem (et-8640), a package pairing
+    read as a build error (olive-1912).
+A next round needs a new held-out set again: these 72 have been read.
 
 Held-out cases are listed only with ``--show-heldout``; ``--in-sample-only`` skips the held-out part entirely (use it
 while editing signatures so that the held-out figure cannot leak into them).
