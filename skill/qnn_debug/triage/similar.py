@@ -18,10 +18,11 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -258,16 +259,27 @@ class _Postings:
                 self.by_term.setdefault(t, []).append((i, w))
 
 
+class _FromIndex(Protocol):
+    index: SimilarIndex
+
+
+_D = TypeVar("_D", bound=_FromIndex)
 _POSTINGS: dict[int, _Postings] = {}
 
 
 def _postings(index: SimilarIndex) -> _Postings:
-    p = _POSTINGS.get(id(index))
-    if p is None or p.index is not index:
-        if len(_POSTINGS) > 64:
-            _POSTINGS.clear()
-        p = _POSTINGS[id(index)] = _Postings(index)
-    return p
+    return _derived(_POSTINGS, index, _Postings)
+
+
+def _derived(cache: dict[int, _D], index: SimilarIndex, build: Callable[[SimilarIndex], _D]) -> _D:
+    """What ``build`` derives from ``index``, built once per index object (indexes are immutable once loaded;
+    leave-one-out evaluation makes many, hence the bound)."""
+    d = cache.get(id(index))
+    if d is None or d.index is not index:
+        if len(cache) > 64:
+            cache.clear()
+        d = cache[id(index)] = build(index)
+    return d
 
 
 def _query(counts: Counter[str], index: SimilarIndex) -> dict[str, float]:
@@ -348,12 +360,7 @@ _CENTROIDS: dict[int, _Centroids] = {}
 
 
 def _centroids(index: SimilarIndex) -> _Centroids:
-    c = _CENTROIDS.get(id(index))
-    if c is None or c.index is not index:
-        if len(_CENTROIDS) > 64:
-            _CENTROIDS.clear()
-        c = _CENTROIDS[id(index)] = _Centroids(index)
-    return c
+    return _derived(_CENTROIDS, index, _Centroids)
 
 
 def opinion(counts: Counter[str], index: SimilarIndex, policy: Policy = POLICY) -> SimilarOpinion:
