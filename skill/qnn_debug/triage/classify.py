@@ -460,7 +460,8 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
             "op bakes its output as a constant (source: alibaba/MNN@4d40bdb source/core/WrapExecution.cpp:22, "
             "QNNBackend.cpp:1621-1627)", "signature")
     # A category the log's own lines name (the reporter's words alone do not make an export log end cleanly).
-    strong = [s for c, s in scores.items() if c != "other" and s >= db.min_score and kinds.get(c, set()) - {"words"}]
+    failed = {c for c, sc in scores.items() if c != "other" and sc >= db.min_score and kinds.get(c, set()) - {"words"}}
+    strong = [scores[c] for c in failed]
     tail_text = [line for _, line in scan.tail]
     stopped = in_export and not strong and not ended_cleanly(tail_text)
     if stopped:
@@ -471,8 +472,7 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         warnings.append("The log stops without a crash line or an end marker: the last lines were probably lost in the "
                         "pipe buffer (or the process was killed). Re-run the failing command under `stdbuf -o0` (or "
                         "`gdb --args <command>`, then `bt`) and triage that log.")
-    failed = {c for c, sc in scores.items() if c != "other" and sc >= db.min_score and kinds.get(c, set()) - {"words"}}
-    if in_export and c4_fused and failed <= {"unsupported_op_not_registered"} and not ended_cleanly(tail_text):
+    if in_export and c4_fused and not stopped and failed <= {"unsupported_op_not_registered"} and not ended_cleanly(tail_text):
         warnings.append("The export log stops right after an LLM fused op fell back to CPU, with no crash line and no "
                         "end marker: in convert mode that op's output is baked by the next QNN op, which usually "
                         "crashes. Re-run the failing command under `stdbuf -o0` (or `gdb --args <command>`, then `bt`) "
