@@ -30,6 +30,7 @@ from .call_sites import CallSite, call_site
 from .cases import CASE_BOOST, CaseMatcher, read_cases
 from .commands import STEP_MARKERS, CommandLine, command_facts, ended_cleanly, find_commands
 from .models import Basis, Evidence, Hypothesis, NextStep, NoiseHit, TriageResult, TriageStats
+from .outside import OutsideScan
 from .signatures import Signature, SignatureDB, load_signatures
 from .similar import POLICY as SIMILAR_POLICY
 from .similar import SimilarFeed, SimilarIndex, lean_reason, shown
@@ -55,6 +56,7 @@ CRASH_AFTER_ERROR_FACTOR = 0.5  # weight left to a crash that follows a clear er
 WORDS_AGAINST_LOG_FACTOR = 0.5  # weight left to the reporter's words when the log's own lines already name a failure
 LOW_CONFIDENCE = 0.45
 WORDS_ONLY_CONFIDENCE = 0.6
+OUTSIDE_FACTOR = 0.5  # weight left to words and structure once the log's failing lines are a script error outside QNN
 # Log levels as runtimes print them: [W]/[WARNING], <W> (QNN), W/tag and "date time pid tid W tag" (logcat),
 # W1207 (glog), [W:onnxruntime (ORT), Python's WARNING:/UserWarning:; the error levels likewise.
 # A bare level letter counts after a logcat date/time/pid prefix, or followed by two spaces ("I  vendor/..."): a prose
@@ -117,6 +119,7 @@ class _Scan:
     structure: StructureScan = field(default_factory=StructureScan)
     call_sites: list[CallSite] = field(default_factory=list)
     similar: SimilarFeed = field(default_factory=SimilarFeed)
+    outside: OutsideScan = field(default_factory=OutsideScan)
 
 
 # LinearAttention, RoPE, FusedLinear, GatedRMSNorm: OpTypes the LLM exporter's C4 fusion emits (schema at 4d40bdb).
@@ -246,6 +249,7 @@ def _scan_chunks(scan: _Scan, chunks: Iterator[bytes]) -> None:
         _remember_tail(scan, text, base)
         text = _blank_noise(scan, text, base, present)
         scan.similar.feed(text)
+        scan.outside.feed(text, base)
         scan.structure.feed(text, base)
         for lit in context_literals - scan.context_seen:
             if (ascii_only and not lit.isascii()) or lit.encode("utf-8") not in raw:
@@ -432,6 +436,9 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         if v.kind == "structure":
             v.weight *= struct_weight
     _weigh_words(votes, db.min_score)
+    outside = _weigh_outside(votes, scan.outside.hit)
+    if scan.outside.hit is not None:
+        evidence.append(Evidence(line=scan.outside.hit[0], text=scan.outside.hit[1], signature="outside-qnn", category="other"))
     for v in votes:
         add(v.category, v.weight, v.line, v.reason, v.kind)
     worded = {v.category for v in votes if v.kind != "structure"}  # categories some signature, words, hint or frame speaks for
@@ -533,6 +540,9 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
     facts += [site.fact() for site in scan.call_sites]
     spec = db.categories[category]
     title = spec.title + (" (the run reports success)" if category == "other" and "other" in scores else "")
+    if category == "other" and outside:
+        title = spec.title + " (the failure is a script, configuration or app error outside QNN)"
+        low_reason = _OUTSIDE_REASON
     if stopped and category == "convert_segfault":
         title = "the export stopped without a crash line (re-run under stdbuf -o0 / gdb)"
     steps = _op_steps(frame_ops) + op_steps
@@ -595,6 +605,26 @@ def _weigh_by_the_rule_book(votes: list[_Vote]) -> None:
         elif v.crash and any(c not in (v.category, "other") and at < v.line for c, at in stops):
             v.weight *= CRASH_AFTER_ERROR_FACTOR
             v.reason += " [the crash follows an earlier error, which keeps the label]"
+
+
+_OUTSIDE_REASON = ("the failing lines are a Python, configuration or app error that names nothing of QNN, HTP, the DSP or "
+                   "MNN: fix the script or its configuration first, then re-run and triage the new log if QNN fails")
+
+
+def _weigh_outside(votes: list[_Vote], hit: tuple[int, str] | None) -> bool:
+    """Rule 4 of the rule book: where the log's failing lines are a script, config or app-check error outside QNN, the
+    reporter's words and structure readings (a thread title saying "crashes", "inference jobs" failed) weigh half;
+    a known QNN wording keeps its weight. The error itself votes ``other``, so similar threads stand back too."""
+    if hit is None:
+        return False
+    for v in votes:
+        if v.kind in ("words", "structure") and v.category != "other":
+            v.weight *= OUTSIDE_FACTOR
+            v.reason += " [the log's failing lines are an error outside QNN]"
+    line, text = hit
+    votes.append(_Vote("other", 1.0, line, line, f"a script, configuration or app-check error outside QNN: {text[:160]}",
+                       "structure", False, text=text, rule="outside"))
+    return True
 
 
 def _weigh_words(votes: list[_Vote], min_score: float) -> None:
