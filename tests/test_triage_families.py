@@ -249,3 +249,21 @@ def test_enum_and_code_tables_cover_every_family() -> None:
 def test_words_naming_what_failed_outrank_a_bare_status_number_on_a_tie(log: str, category: str) -> None:
     """1002 alone reads as MEM_ALLOC; next to 'graph finalize failed' the words name what failed."""
     assert triage_log(text=log).category == category
+
+
+@pytest.mark.parametrize("log, category", [
+    # CMake option dependencies and an incomplete configure
+    ("CMake Warning at CMakeLists.txt:40 (message):\n  Use of 'MNN_QNN_CONVERT_MODE' requires 'MNN_WITH_PLUGIN'\n"
+     "-- Configuring incomplete, errors occurred!\n", "build_error"),
+    ("> EXECUTORCH_BUILD_QNN requires EXECUTORCH_BUILD_DEVTOOLS to be ON\n", "build_error"),
+    # a tensor kind the HTP does not take, with its QNN status
+    ("[ERROR] [Qnn ExecuTorch]: QnnDsp <E> Sparse tensors are not supported\n"
+     "[ERROR] [Qnn ExecuTorch]: QnnDsp <E> exits with 7005\n", "unsupported_op_not_registered"),
+    ("QnnHtp <E> dynamic-shape tensor is unsupported for node /attn/Reshape\n", "unsupported_op_not_registered"),
+    # a context binary that cannot be sized or serialised: its graphs were not prepared
+    ("QnnHtp <E> Failed to get serialized binary\nQnnHtp <E> Context binary size calculation failed\n",
+     "finalize_failed_1002"),
+    ("[QNN EP] Cannot determine the size of the context binary to be saved, status 1000\n", "finalize_failed_1002"),
+])
+def test_clear_lines_of_build_tensor_kind_and_context_size_failures(log: str, category: str) -> None:
+    assert triage_log(text=log).category == category

@@ -45,6 +45,27 @@ WORDS = {
         "大模型在 HTP 上回答全是问号",
         "llm 在 qnn 上胡言乱语",
     ],
+    "vtcm_or_memory": [
+        "With the QNN EP the session sits in FinalizeGraph for ten minutes and uses more than 6 GB before it is killed",
+        "HTP graph finalize keeps consuming memory until the phone reboots",
+        "QNN 图编译的时候内存暴涨，最后被系统杀掉",
+        "Loading the 8B model on the NPU, RAM climbs to 15 GB and the process OOMs",
+        "the htp runner exhausts all the RAM of a 12 GB phone",
+        "跑 QNN 模型的时候手机内存耗尽了",
+    ],
+    "device_lib_missing_or_load_failure": [
+        "after checking the logs the model was entirely running on CPU with the QNN delegate enabled",
+        "turns out the NPU was never actually used, the HTP libraries were not in the APK",
+        "the QNN runner is unable to communicate with the DSP on my tablet",
+        "qnn-net-run could not talk to the cDSP",
+        "跑 demo 提示无法与 DSP 通信",
+        "日志里看到和 HTP 设备的连接失败",
+        "用了 QNN delegate 但是模型全部跑在 CPU 上，没有用到 NPU",
+        "算子包没编译，所以缺少\nlibQnnCustomPackage_HTP.so",
+    ],
+    "sdk_version_or_lib_mismatch": [
+        "the README installs onnxruntime-qnn==1.23.0 with onnxruntime-genai==0.7.1 and the NPU sample does not work with them",
+    ],
 }
 
 # Garbled text shown rather than told: the pasted answer itself is the evidence (a signature, not words).
@@ -80,6 +101,9 @@ def test_garbled_text_shown_in_the_log_is_read(text: str) -> None:
     "python train.py crashes on my laptop",                          # no QNN/NPU in the text
     "The QNN chat model no longer answers with gibberish after the fix",
     "loss: nan nan nan nan nan nan nan nan (training on the npu cluster)",  # numbers, not a stuck LLM
+    "graph finalize on the HTP took 4 s, memory stays at 300 MB",    # a finalize that neither hangs nor eats memory
+    "make sure the model is not running on CPU only before profiling the NPU",
+    "the QNN backend can communicate with the DSP now, thanks",
 ])
 def test_negated_or_unrelated_words_stay_other(text: str) -> None:
     assert triage_log(text=text + "\n").category == "other"
@@ -140,3 +164,24 @@ def test_titles_that_say_the_numbers_are_wrong(text: str) -> None:
 ])
 def test_a_program_that_ends_is_a_crash_only_when_it_ends_abnormally(text: str, category: str) -> None:
     assert triage_log(text=text + "\n").category == category
+
+
+@pytest.mark.parametrize("text", [
+    "Quantized on the HTP the outputs drift from float as the network gets deeper:\n"
+    "| blocks | max abs diff | cosine |\n|---|---|---|\n| 2 | 0.004 | 0.999 |\n| 16 | 0.41 | 0.92 |\n",
+    "The difference between the QNN outputs and the float reference outputs keeps growing with every layer",
+])
+def test_an_error_table_or_a_difference_told_in_words_is_wrong_numbers(text: str) -> None:
+    r = triage_log(text=text)
+    assert r.category == "wrong_results_accuracy", r.hypotheses
+    assert r.basis == "words"
+
+
+@pytest.mark.parametrize("text", [
+    "the HTP side of the op package is missing, the build folder was never created for QNN",
+    "could not find libQnnMyOpsPackage.so when the QNN backend registers custom ops",
+    "QNN 自定义算子包找不到，没有编译",
+])
+def test_a_missing_op_package_told_in_prose_is_a_library_that_does_not_load(text: str) -> None:
+    """Words or the structure of the sentence (``missing``, ``not find``) may read it: either way the category."""
+    assert triage_log(text=text + "\n").category == "device_lib_missing_or_load_failure"
