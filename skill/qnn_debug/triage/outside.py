@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import islice
 
 # The exception line of a Python traceback (possibly module-qualified), a pydantic validation error, argparse's
 # usage error.
@@ -23,7 +24,7 @@ _SCRIPT_ERROR = re.compile(
 # An app's own allow-list check: it says the platform or CPU is not supported, or that no valid processor was found.
 _APP_CHECK = re.compile(
     r"(?i)\bnot supported on this (?:platform|device|machine|system|cpu|processor|pc|laptop|computer|hardware)\b"
-    r"|\bno (?:valid|supported|compatible) (?:cpus?|npus?|cpu/npu|processors?|platforms?|devices?|hardware)"
+    r"|\bno (?:valid|supported|compatible) (?:cpus?|cpu/npu|processors?|platforms?)"
     r"(?: was| were| is)? (?:found|detected)\b"
     r"|\b(?:unsupported|invalid) (?:cpu|processor|platform)\b")
 # Anything that puts a script error's failing lines inside QNN or MNN (or a QNN status / library on the same line).
@@ -32,9 +33,12 @@ _QNN_WORDS = re.compile(r"(?i)qnn|\bhtp|hexagon|\bdsp|fastrpc|\bmnn|qairt|snpe|q
 # An app's check names its own QNN service freely ("QNN engine is not supported on this platform"): it is inside QNN
 # only when the line carries what QNN itself reports (a status, a code, a library, a failed call).
 _QNN_REPORTS = re.compile(r"(?i)\.so\b|\.dll\b|error code|\b0x[0-9a-f]{3,8}\b|\b\d{4,5}\b|\bQNN_[A-Z_]+|\bQnn[A-Z]\w*_\w+"
-                          r"|\bfail(?:ed|ure)\b|\bstatus\b")
+                          r"|\bfail(?:ed|ure)\b|\bstatus\b|\b(?:HTP|DSP|cDSP|Hexagon|backend|delegate|EP|execution provider)\b")
 _CLAUSE = re.compile(r"[,;:]\s")  # a prose line's clauses: "... for QNN EP, getting Invalid engine (type=value_error)"
 FRAMES_ABOVE = 4  # a traceback's last frames: the code that raised the error
+MAX_REJECTED = 20
+MAX_MATCHES = 200  # error lines looked at per chunk (a log repeating one error thousands of times costs no more)
+NEAR_CHARS = 2000  # how far around an error line its frames and message are looked for
 
 
 @dataclass
@@ -47,8 +51,11 @@ class OutsideScan:
     def feed(self, text: str, base: int) -> None:
         if self.hit is not None:
             return
-        for rx in (_SCRIPT_ERROR, _APP_CHECK):
-            for m in rx.finditer(text):
+        # cheap literal tests first: a 4 MiB chunk with none of these words holds neither kind of error
+        kinds = [rx for rx, words in ((_SCRIPT_ERROR, ("rror",)), (_APP_CHECK, ("upported", "nvalid", "UPPORTED", "NVALID")))
+                 if any(w in text for w in words)]
+        for rx in kinds:
+            for m in islice(rx.finditer(text), MAX_MATCHES):
                 start = text.rfind("\n", 0, m.start()) + 1
                 end = text.find("\n", m.end())
                 line = text[start : end if end >= 0 else len(text)]
@@ -57,15 +64,18 @@ class OutsideScan:
                     # mid-line (a title or a sentence quoting the error): only the clause holding it is the failing line
                     cuts = [c.end() for c in _CLAUSE.finditer(line, 0, m.start() - start)]
                     line = line[cuts[-1] if cuts else 0 :]
-                above = text[:start].split("\n")[-FRAMES_ABOVE - 1 :]
+                above = text[max(0, start - NEAR_CHARS) : start].split("\n")[-FRAMES_ABOVE - 1 :]
                 # an exception's message may go on for a few lines (pybind lists the signatures it accepts)
-                below = text[end + 1 :].split("\n", 3)[:3] if end >= 0 and rx is _SCRIPT_ERROR and not quoted else []
-                line_no = base + text.count("\n", 0, start) + 1
+                near = text[end + 1 : end + 1 + NEAR_CHARS] if end >= 0 and rx is _SCRIPT_ERROR and not quoted else ""
+                below = near.split("\n", 3)[:3] if near else []
                 failing = [line, *below] + ([ln for ln in above if _is_frame(ln)] if rx is _SCRIPT_ERROR else [])
                 inside = _QNN_WORDS if rx is _SCRIPT_ERROR else _QNN_REPORTS
+                line_no = base + text.count("\n", 0, start) + 1 if len(self.rejected) < MAX_REJECTED else 0
                 if any(inside.search(ln) for ln in failing):
-                    self.rejected.append(line_no)
+                    if line_no:
+                        self.rejected.append(line_no)
                     continue
+                line_no = line_no or base + text.count("\n", 0, start) + 1
                 if self.hit is None or line_no < self.hit[0]:
                     self.hit = (line_no, line.strip()[:300])
                 break
