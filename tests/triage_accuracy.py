@@ -74,6 +74,19 @@ EN/ZH); clear lines read wrongly before (CMake option dependencies, dynamic/spar
 binary that cannot be sized). In-sample (leave-one-out) 232/261 -> 247/261: rounds 1-4 unchanged (94/95, 23/24, 26/29,
 40/41), round 5 49/72 -> 64/72. The layer now decides 7 in-sample logs, right on 5 (9, right on 5, before); its shipped
 thresholds stay the best in-sample with these rules (cosine/margin 0.15/0.01: 247; 0.2/0.02: 246; 0.1/0: 243).
+Measured once after them: round-6 held-out 58/86 = 67.4% (56/86 = 65.1% before the round; rules alone 58/86, the
+similar layer decided 6, right on 2). Below the 90% goal. The 28 misses, by reason (read after the measurement, not
+tuned on):
+  nothing in the log names the failure and no rule reads the words (17, answered other at 0.20 or 0.50): the reporter's
+    title and a few sentences, a log cut before the failure, a crash or garbled text said in a few words
+    (mnn-2695, mnn-3274, mnn-1183, mnn-667, mnn-282, mnnllm-100, mnnllm-114, mllm-574, geniex-1143, geniex-1155,
+    geniex-1203, foundrylocal-995, foundrylocal-1089, aihubmodels-102, ortgenai-1658, et-7614, llamacpp-23018);
+  a report labelled other (a question, a success, an app's own limit) read as a failure (5): ort-23869, ort-31977,
+    litertsamples-121, litert-2793, literttorch-847 (two of them by similar threads);
+  one failure category read as another (6): foundrydevtools-204, foundrylocal-719, aihubmodels-202, aihubmodels-95,
+    whisperkit-58, mnn-3154.
+So most misses are logs with almost no log text: more rules will not reach them; asking for the log (the answer's
+``low_confidence_reason`` does) will. A next round needs a new held-out set again: these 86 have been read.
 
 Held-out cases are listed only with ``--show-heldout``; ``--in-sample-only`` skips the held-out part entirely (use it
 while editing signatures so that the held-out figure cannot leak into them).
