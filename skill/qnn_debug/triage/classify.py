@@ -18,11 +18,11 @@ import math
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 from ..errors import BadInputError
 from .backtrace import Frame, known_frames, parse_frames
@@ -36,6 +36,7 @@ from .similar import POLICY as SIMILAR_POLICY
 from .similar import SimilarFeed, SimilarIndex, lean_reason, shown
 from .structure import StructureScan, rules
 
+_T = TypeVar("_T")
 CHUNK_BYTES = 4 << 20
 MAX_LINE_BYTES = 1 << 20
 MAX_EVIDENCE_PER_SIGNATURE = 3
@@ -468,9 +469,8 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
             "QNNBackend.cpp:1621-1627)", "signature")
     # A category the log's own lines name (the reporter's words alone do not make an export log end cleanly).
     failed = {c for c, sc in scores.items() if c != "other" and sc >= db.min_score and kinds.get(c, set()) - {"words"}}
-    strong = [scores[c] for c in failed]
     tail_text = [line for _, line in scan.tail]
-    stopped = in_export and not strong and not ended_cleanly(tail_text)
+    stopped = in_export and not failed and not ended_cleanly(tail_text)
     if stopped:
         last = scan.tail[-1][0] if scan.tail else scan.lines
         add("convert_segfault", STOPPED_WEIGHT, last,
@@ -519,7 +519,7 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         evidence = [Evidence(line=n, text=t, signature="generic-error-line", category="other") for n, t in scan.generic]
         evidence = evidence or [Evidence(line=n, text=t, signature="log-tail", category="other") for n, t in scan.tail]
     evidence.sort(key=lambda e: (e.category != category, e.line))
-    evidence = list({e.line: e for e in reversed(evidence)}.values())[::-1]  # one row per log line, the first kept
+    evidence = _first_per(evidence, lambda e: e.line)  # one row per log line
     for e in evidence:
         e.text = _CALL_NOTE.sub("", e.text)  # the log's own words, without the call name triage added to read them
     hypotheses = [
@@ -558,7 +558,7 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         steps.insert(0, _tool_step(db, "check_llm_export", db.tools["check_llm_export"],
                                    "a Gather/rotary node of an LLM export fails validation: the usual cause is an "
                                    "index tensor quantized by smooth/omni activation quant; llm-check finds it"))
-    steps = list({s.cli: s for s in reversed(steps)}.values())[::-1]  # one step per command, the first kept
+    steps = _first_per(steps, lambda s: s.cli)  # one step per command
     return TriageResult(
         source=label,
         category=category,
@@ -716,7 +716,7 @@ def _facts(groups: list[tuple[Signature, dict[str, str]]], category: str) -> tup
             facts.append(fact)
 
     commit = source()["commit"][:7]
-    for _sig, g in sorted(groups, key=lambda sg: sg[0].category != category):
+    for sig, g in sorted(groups, key=lambda sg: sg[0].category != category):
         if "optype" in g:
             n = int(g["optype"])
             try:
@@ -740,8 +740,8 @@ def _facts(groups: list[tuple[Signature, dict[str, str]]], category: str) -> tup
                 ops.append(g[key])
         if "node" in g and category in ("op_validation_failed_3110_0xc26", "finalize_failed_1002", "unsupported_op_not_registered"):
             add(f"node named by the log: {g['node']}")
-            if _sig.category == category and (op := _op_of_node(g["node"])):
-                ops.append(op)
+            if sig.category == category and (op := _op_of_node(g["node"])):
+                ops.append(op)  # _op_steps drops a name the lookup does not know
     return facts, _op_steps(ops)
 
 
@@ -749,12 +749,10 @@ _NODE_PARTS = re.compile(r"[_/.:]+")
 
 
 def _op_of_node(node: str) -> str | None:
-    """The op type a QNN node name ends in (MNN and the QNN converters name nodes ``<path>_<OpType>``, e.g.
-    ``_layers_23_self_attn_o_proj_Linear_MatMul``), when it is an op the lookup knows."""
-    from ..ops.lookup import op_next_step
-
+    """The op type a QNN node name ends in, if any (MNN and the QNN converters name nodes ``<path>_<OpType>``, e.g.
+    ``_layers_23_self_attn_o_proj_Linear_MatMul``); whether the lookup knows it is :func:`_op_steps`' question."""
     parts = [p for p in _NODE_PARTS.split(node) if p and not p.isdigit()]
-    return parts[-1] if parts and op_next_step(parts[-1]) is not None else None
+    return parts[-1] if parts else None
 
 
 _INDEX_NODE = re.compile(r"(?i)rotary|rope|gather|position|cos|sin")
@@ -768,6 +766,18 @@ def _llm_index_node(groups: list[tuple[Signature, dict[str, str]]], in_export: b
                                                   or "rotary" in node.lower()):
             return True
     return False
+
+
+def _first_per(items: list[_T], key: Callable[[_T], object]) -> list[_T]:
+    """``items`` in order, keeping only the first of those that share a key."""
+    seen: set[object] = set()
+    kept = []
+    for x in items:
+        k = key(x)
+        if k not in seen:
+            seen.add(k)
+            kept.append(x)
+    return kept
 
 
 def _op_steps(ops: list[str]) -> list[NextStep]:

@@ -11,7 +11,7 @@ own allow-list has no entry for the CPU or platform never reached QNN either.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 
 # The exception line of a Python traceback (possibly module-qualified), a pydantic validation error, argparse's
@@ -36,7 +36,6 @@ _QNN_REPORTS = re.compile(r"(?i)\.so\b|\.dll\b|error code|\b0x[0-9a-f]{3,8}\b|\b
                           r"|\bfail(?:ed|ure)\b|\bstatus\b|\b(?:HTP|DSP|cDSP|Hexagon|backend|delegate|EP|execution provider)\b")
 _CLAUSE = re.compile(r"[,;:]\s")  # a prose line's clauses: "... for QNN EP, getting Invalid engine (type=value_error)"
 FRAMES_ABOVE = 4  # a traceback's last frames: the code that raised the error
-MAX_REJECTED = 20
 MAX_MATCHES = 200  # error lines looked at per chunk (a log repeating one error thousands of times costs no more)
 NEAR_CHARS = 2000  # how far around an error line its frames and message are looked for
 
@@ -46,7 +45,6 @@ class OutsideScan:
     """Collects, per streamed chunk, the first error line outside QNN (line number and text)."""
 
     hit: tuple[int, str] | None = None
-    rejected: list[int] = field(default_factory=list)  # lines of errors that turned out to be inside QNN
 
     def feed(self, text: str, base: int) -> None:
         if self.hit is not None:
@@ -70,12 +68,9 @@ class OutsideScan:
                 below = near.split("\n", 3)[:3] if near else []
                 failing = [line, *below] + ([ln for ln in above if _is_frame(ln)] if rx is _SCRIPT_ERROR else [])
                 inside = _QNN_WORDS if rx is _SCRIPT_ERROR else _QNN_REPORTS
-                line_no = base + text.count("\n", 0, start) + 1 if len(self.rejected) < MAX_REJECTED else 0
                 if any(inside.search(ln) for ln in failing):
-                    if line_no:
-                        self.rejected.append(line_no)
                     continue
-                line_no = line_no or base + text.count("\n", 0, start) + 1
+                line_no = base + text.count("\n", 0, start) + 1
                 if self.hit is None or line_no < self.hit[0]:
                     self.hit = (line_no, line.strip()[:300])
                 break

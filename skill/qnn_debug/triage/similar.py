@@ -399,7 +399,6 @@ class SimilarFeed:
         self._head: list[str] = []
         self._head_chars = 0
         self._tail = ""
-        self._tail_used = False
         self._opinion: SimilarOpinion | None = None
 
     def feed(self, text: str) -> None:
@@ -409,12 +408,11 @@ class SimilarFeed:
             self._head_chars += min(room, len(text))
             text = text[room:]
         if text:
-            self._tail = (self._tail + text)[-TAIL_CHARS:]
-            self._tail_used = True
+            self._tail = (self._tail + text[-TAIL_CHARS:])[-TAIL_CHARS:]
 
     def text(self) -> str:
         tail = self._tail
-        if self._tail_used and "\n" in tail:
+        if "\n" in tail:
             tail = tail[tail.index("\n") + 1 :]  # the first tail line may be cut
         return "".join(self._head) + "\n" + tail
 
