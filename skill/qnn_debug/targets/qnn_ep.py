@@ -123,18 +123,25 @@ def create_session(model: bytes | str, options: dict[str, str], *, disabled_opti
     log = take_log()
     cpu_nodes = [n for a in assignment if a["provider"] != "QNNExecutionProvider" for n in a["nodes"]]
     if cpu_nodes:
-        from .runtime_fed import narrowing_hint, runtime_fed_inputs
-
-        names = [n["name"] for n in cpu_nodes]
-        fed = runtime_fed_inputs(model, names)
+        hint, fed = _refusal_hint(model, [n["name"] for n in cpu_nodes],
+                                  f"replace or decompose these ops; see {_op_step(cpu_nodes[0]['op_type'])}")
         raise UnsupportedOnTargetError(
             f"{len(cpu_nodes)} node(s) would run on CPU, not QNN: "
             + ", ".join(f"{n['name']} ({n['op_type']})" for n in cpu_nodes[:20]),
-            hint=narrowing_hint(fed, names, model) if fed else
-            f"replace or decompose these ops; see {_op_step(cpu_nodes[0]['op_type'])}",
-            details={"nodes": cpu_nodes, "reasons": _reasons(log), "runtime_fed_inputs": [f.model_dump() for f in fed]},
+            hint=hint, details={"nodes": cpu_nodes, "reasons": _reasons(log), "runtime_fed_inputs": fed},
         )
     return QnnSessionInfo(session=session, options=options, assignment=assignment, log=log)
+
+
+def _refusal_hint(model: bytes | str | None, names: list[str], op_hint: str) -> tuple[str, list[dict[str, Any]]]:
+    """The hint for refused nodes and the inputs behind it: when an input QNN needs constant is fed at run time
+    (:mod:`.runtime_fed`), how to narrow without that part; otherwise ``op_hint`` (the op's constraints)."""
+    from .runtime_fed import narrowing_hint, runtime_fed_inputs
+
+    fed = runtime_fed_inputs(model, names) if model is not None and names else []
+    if model is None or not fed:
+        return op_hint, []
+    return narrowing_hint(fed, names, model), [f.model_dump() for f in fed]
 
 
 def _op_step(op_type: str | None) -> str:
@@ -165,18 +172,14 @@ def _creation_error(message: str, log: list[str], model: bytes | str | None = No
         summary = (f"{len(nodes)} node(s): " + ", ".join(f"{n} ({t})" for n, t in nodes[:10])) if nodes else message.splitlines()[-1]
         if why:
             summary += " — " + "; ".join(why[:3])
-        from .runtime_fed import narrowing_hint, runtime_fed_inputs
-
-        names = [n for n, _ in nodes]
-        fed = runtime_fed_inputs(model, names) if model is not None and names else []
-        hint = (narrowing_hint(fed, names, model) if fed and model is not None else
-                f"see details.reasons for QNN's own words; {_op_step(nodes[0][1] if nodes else None)} lists the op's "
-                "constraints")
+        hint, fed = _refusal_hint(model, [n for n, _ in nodes],
+                                  f"see details.reasons for QNN's own words; {_op_step(nodes[0][1] if nodes else None)} "
+                                  "lists the op's constraints")
         return UnsupportedOnTargetError(
             "QNN cannot run every node of this model and CPU fallback is forbidden: " + flatten_message(summary),
             hint=hint,
             details={"nodes": [{"name": n, "op_type": t} for n, t in nodes], "reasons": reasons,
-                     "ort_error": message[-2000:], "runtime_fed_inputs": [f.model_dump() for f in fed]},
+                     "ort_error": message[-2000:], "runtime_fed_inputs": fed},
         )
     return TargetError(
         f"QNN session creation failed: {flatten_message(message.splitlines()[-1]) if message else 'unknown error'}",

@@ -57,11 +57,12 @@ def runtime_fed_inputs(model: bytes | str, nodes: list[str]) -> list[RuntimeFedI
 
     def sources(tensor: str) -> frozenset[str]:
         """The graph inputs ``tensor`` is computed from (iterative: decoder graphs are deep)."""
-        stack, order = [tensor], []
+        stack, order, queued = [tensor], [], set()
         while stack:
             t = stack.pop()
-            if t in memo or t in order:
+            if t in memo or t in queued:
                 continue
+            queued.add(t)
             order.append(t)
             node = producer.get(t)
             if node is not None:
@@ -98,7 +99,7 @@ def narrowing_hint(fed: list[RuntimeFedInput], node_names: list[str], model: byt
     where = (f"{first.node} ({first.op_type}) takes its {first.slot} from graph input(s) "
              f"{', '.join(first.graph_inputs)} at run time, so its output shape depends on data and QNN refuses it "
              "with everything after it (the same op with constant inputs is accepted)")
-    decoder = any("/layers." in n for n in node_names) or "/layers." in first.node or any(
+    decoder = any("/layers." in n for n in [*node_names, first.node]) or any(
         name in ("logits_index", "position_ids") for name in first.graph_inputs)
     step = (f"`qnn-debug localise-blocks {path}`{also} runs every decoder block on the simulator without that part"
             if decoder else f"`qnn-debug bisect {path} --target htp-sim`{also} narrows on the parts before it")
