@@ -40,19 +40,18 @@ def main(argv: list[str]) -> int:
         payload = {"result": result}
     except QnnDebugError as e:
         payload = {"error": e.to_dict()}
-    except ModuleNotFoundError as e:
-        known = missing_dependency(e)
-        if known is None:
-            traceback.print_exc()
-        payload = {"error": known.to_dict()} if known else _error("target_failure", "TargetError", f"{type(e).__name__}: {e}", None)
     except RecursionError:
         payload = _error("bad_input", "BadInputError", "the input is nested too deeply", "pass a flatter input")
     except MemoryError:
         payload = _error("bad_input", "BadInputError", "the input needs more memory than this process may use",
                          "pass a smaller input")
-    except Exception as e:  # a bug or an unexpected library error: keep the trace in the log
-        traceback.print_exc()
-        payload = _error("target_failure", "TargetError", f"{type(e).__name__}: {e}", None)
+    except Exception as e:  # a missing package we name, else a bug or an unexpected library error (trace kept in the log)
+        missing = missing_dependency(e) if isinstance(e, ImportError) else None
+        if missing is not None:
+            payload = {"error": missing.to_dict()}
+        else:
+            traceback.print_exc()
+            payload = _error("target_failure", "TargetError", f"{type(e).__name__}: {e}", None)
     sys.stdout.flush()
     Path(resp_path).write_text(json.dumps(payload), encoding="utf-8")
     return 0
