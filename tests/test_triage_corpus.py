@@ -16,10 +16,10 @@ from triage_accuracy import CORPUS, HELDOUT, evaluate, top1
 
 # Regression floor only, set AFTER the single measurement of the current held-out set, never above it; None while a
 # new set has not been measured yet (the test then skips, so that no run shows the held-out figure before the round's
-# changes are done). Round 6 measured 58/86 = 67.4% (56/86 before the round): three more misses fail the test. The goal
-# (90%) is reported by triage_accuracy.py, not asserted. Earlier rounds, now in-sample: round 5 measured 47/72 = 65.3%,
-# round 4 29/41 = 70.7%, round 3 10/29 = 34.5%.
-HELDOUT_FLOOR: float | None = 0.645
+# changes are done). Round 7 has not been measured yet. The goal (90%) is reported by triage_accuracy.py, not
+# asserted. Earlier rounds, now in-sample: round 6 measured 58/86 = 67.4%, round 5 47/72 = 65.3%, round 4 29/41 =
+# 70.7%, round 3 10/29 = 34.5%.
+HELDOUT_FLOOR: float | None = None
 
 
 def test_corpus_is_real_and_large_enough() -> None:
