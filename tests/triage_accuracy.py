@@ -89,6 +89,12 @@ So most misses are logs with almost no log text: more rules will not reach them;
 ``low_confidence_reason`` does) will. These 86 have been read and moved in-sample (``"round": "heldout-6"``); round 7
 uses a new set.
 
+Round 7: 111 new logs from public threads in 33 repositories (ExecuTorch, llama.cpp and its NPU forks, mllm, MNN,
+TVM, PowerServe and NPU apps 55; ONNX Runtime, Olive, Foundry Local, AI Hub models/apps, AIMET, GenieX, QAI AppBuilder,
+LiteRT family, TensorFlow, WhisperKit 56), collected blind to the engine by two people who never ran triage, each on
+its own set of repositories, and committed before the round's changes. Its mix leans to ``other`` (34 of 111:
+questions, performance reports, script errors outside QNN), against 30 of 347 in-sample.
+
 Held-out cases are listed only with ``--show-heldout``; ``--in-sample-only`` skips the held-out part entirely (use it
 while editing signatures so that the held-out figure cannot leak into them).
 
