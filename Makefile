@@ -5,20 +5,20 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
-# MNN and the PP-OCR model wheel are installed without their dependencies on purpose:
-# MNN's own CLI scripts pip-install extra packages at run time, and rapidocr is only used for its models.
-NODEPS_PKGS := MNN==3.6.1 rapidocr-onnxruntime==1.4.4
+# MNN and the PP-OCR model wheel are installed without their dependencies on purpose (the file says why); the
+# engine's install hint for a missing MNN reads its pin from the same file.
+NODEPS_REQS := skill/qnn_debug/data/nodeps_requirements.txt
 PYTEST_ARGS ?=
 
 .PHONY: setup demo test lint typecheck layers bench clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(NODEPS_REQS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[dev]"
-	$(PY) -m pip install -q --no-deps $(NODEPS_PKGS)
+	$(PY) -m pip install -q --no-deps -r $(NODEPS_REQS)
 	@command -v adb >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
 	    (apt-get update -qq && apt-get install -y -qq adb >/dev/null) || echo "note: could not install Debian adb; device tests that need it will be skipped"; \

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from qnn_debug.cli import app
+from qnn_debug.errors import NODEPS_REQUIREMENTS
 
 REPO = Path(__file__).resolve().parents[1]
 PLAYBOOKS = REPO / "playbooks"
@@ -76,7 +77,7 @@ def test_the_table_is_linked_from_the_playbook_index() -> None:
 
 
 def test_skill_installs_the_mnn_wheel_the_project_is_tested_with() -> None:
-    pinned = re.search(r"MNN==([\d.]+)", (REPO / "Makefile").read_text(encoding="utf-8"))
+    pinned = re.search(r"^MNN==([\d.]+)$", NODEPS_REQUIREMENTS.read_text(encoding="utf-8"), re.M)
     assert pinned is not None
     skill = (REPO / "SKILL.md").read_text(encoding="utf-8")
     assert f"pip install --no-deps MNN=={pinned.group(1)}" in skill

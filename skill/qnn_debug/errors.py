@@ -6,6 +6,7 @@ Every error the engine raises on purpose derives from :class:`QnnDebugError`. Th
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 
@@ -63,10 +64,26 @@ class MissingDependencyError(TargetError):
     kind = "missing_dependency"
 
 
+NODEPS_REQUIREMENTS = Path(__file__).resolve().parent / "data" / "nodeps_requirements.txt"
+
+
+def _pinned(name: str) -> str:
+    """``name==version`` as pinned in the wheels installed without dependencies (the file `make setup` installs from,
+    so the hint and the tested install cannot drift apart); the bare name if the file has no pin for it."""
+    try:
+        lines = NODEPS_REQUIREMENTS.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return name
+    for line in lines:
+        if line.split("==")[0].strip().lower() == name.lower():
+            return line.strip()
+    return name
+
+
 # import name -> how to install it into the environment the engine runs in (MNN without its dependencies: its
 # scripts install packages at run time)
 INSTALL_COMMANDS = {
-    "MNN": "pip install --no-deps MNN==3.6.1",
+    "MNN": f"pip install --no-deps {_pinned('MNN')}",
     "onnxruntime": "pip install onnxruntime-qnn",
     "onnx": "pip install onnx",
     "numpy": "pip install numpy",
