@@ -33,8 +33,8 @@ from .models import Basis, Evidence, Hypothesis, NextStep, NoiseHit, TriageResul
 from .outside import OutsideScan
 from .signatures import Signature, SignatureDB, load_signatures
 from .similar import POLICY as SIMILAR_POLICY
-from .similar import SimilarFeed, SimilarIndex, lean_reason, shown
-from .structure import StructureScan, rules
+from .similar import SimilarFeed, SimilarIndex, SimilarOpinion, lean_reason, shown
+from .structure import StructHit, StructureScan, rules
 
 _T = TypeVar("_T")
 CHUNK_BYTES = 4 << 20
@@ -379,13 +379,67 @@ def _remember_tail(scan: _Scan, text: str, base: int) -> None:
 # --------------------------------------------------------------------------- deciding
 
 
+@dataclass
+class _Tally:
+    """Scores per category, with the first line, the reasons and the kinds of reading (the basis) behind each."""
+
+    scores: dict[str, float] = field(default_factory=dict)
+    first_line: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, list[str]] = field(default_factory=dict)
+    kinds: dict[str, set[str]] = field(default_factory=dict)
+
+    def add(self, cat: str, weight: float, line: int, reason: str, kind: str) -> None:
+        """``kind``: signature, words, hint, frame, structure, case or similar (what the basis is read from)."""
+        self.scores[cat] = self.scores.get(cat, 0.0) + weight
+        self.first_line[cat] = min(self.first_line.get(cat, line), line)
+        self.reasons.setdefault(cat, []).append(reason)
+        if weight > 0:
+            self.kinds.setdefault(cat, set()).add(kind)
+
+
+@dataclass
+class _Collected:
+    """The votes of one log before weighing, with the evidence rows and the named groups (op, code, node) of its hits."""
+
+    votes: list[_Vote]
+    evidence: list[Evidence]
+    groups: list[tuple[Signature, dict[str, str]]]
+    struct_hits: list[StructHit]
+
+
+@dataclass
+class _Answer:
+    """The chosen category, how sure, on what basis, and why it is only a lead (None when it is not)."""
+
+    category: str
+    confidence: float
+    basis: Basis
+    low_reason: str | None
+    ranked: list[tuple[str, float]]
+
+
 def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
+    """Collect the votes, weigh them by the rule book, add what the log's shape says, rank, and build the result."""
+    collected = _collect_votes(scan)
+    warnings = _warnings(scan)
+    outside = _weigh_votes(scan, collected.votes)
+    tally = _Tally()
+    for v in collected.votes:
+        tally.add(v.category, v.weight, v.line, v.reason, v.kind)
+    number_only = _add_structure_and_frames(scan, collected, tally)
+    in_export = scan.export_marker or bool(scan.commands)
+    stopped = _add_export_readings(scan, collected.groups, tally, in_export, warnings)
+    similar = _add_similar(scan, tally, stopped)
+    warnings.extend(_clue_warnings(scan))
+    answer = _rank(scan.db, tally, number_only, stopped)
+    return _build_result(scan, label, seconds, collected, tally, answer, outside=outside, stopped=stopped,
+                         in_export=in_export, similar=similar, warnings=warnings)
+
+
+def _collect_votes(scan: _Scan) -> _Collected:
+    """One vote per matched signature, noise hint, known backtrace frame and structure reading, in log order."""
     db = scan.db
     by_id = {s.id: s for s in db.signatures}
-    scores: dict[str, float] = {}
-    first_line: dict[str, int] = {}
-    reasons: dict[str, list[str]] = {}
-    kinds: dict[str, set[str]] = {}
     evidence: list[Evidence] = []
     groups: list[tuple[Signature, dict[str, str]]] = []
     votes: list[_Vote] = []
@@ -408,23 +462,19 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
                                f"({scan.noise_count[noise.id]}x; source: {noise.source})", "hint", False))
     for cat, weight, at_line, reason in _frame_scores(scan.frames):
         votes.append(_Vote(cat, weight, at_line, at_line, reason, "frame", False))
-    warnings = _warnings(scan)
     # The reporter's words do not stop structure from reading the same line (only a known wording does).
     worded_lines = {e.line for e in evidence if by_id[e.signature].basis != "words"}
     struct_hits = [h for h in scan.structure.results() if h.line not in worded_lines]
     for h in struct_hits:
         votes.append(_Vote(h.category, 1.0, h.line, h.line, f"log structure ({h.rule}): {h.why} (source: {h.source})",
                            "structure", _survived(h.text), crash=h.rule == "crash", text=h.text, rule=h.rule))
+    return _Collected(votes, evidence, groups, struct_hits)
+
+
+def _weigh_votes(scan: _Scan, votes: list[_Vote]) -> bool:
+    """Apply the rule book to the votes in place; True when the failing lines are an error outside QNN (rule 4)."""
+    db = scan.db
     _weigh_by_the_rule_book(votes)
-
-    def add(cat: str, weight: float, line: int, reason: str, kind: str) -> None:
-        """``kind``: signature, words, hint, frame, structure, case or similar (what the basis is read from)."""
-        scores[cat] = scores.get(cat, 0.0) + weight
-        first_line[cat] = min(first_line.get(cat, line), line)
-        reasons.setdefault(cat, []).append(reason)
-        if weight > 0:
-            kinds.setdefault(cat, set()).add(kind)
-
     structure = rules()
     # Where a known wording already decides (a category at min_score), structure only reinforces; where none does,
     # structure decides. The reporter's words are not a known wording.
@@ -437,45 +487,58 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         if v.kind == "structure":
             v.weight *= struct_weight
     _weigh_words(votes, db.min_score)
-    outside = _weigh_outside(votes, scan.outside.hit)
+    return _weigh_outside(votes, scan.outside.hit)
+
+
+def _add_structure_and_frames(scan: _Scan, collected: _Collected, tally: _Tally) -> set[str]:
+    """Evidence rows for the structure readings, known frames, the outside-QNN line and past cases (whose boost is
+    scored here); returns the categories read only from a bare status number, not from any words."""
+    evidence = collected.evidence
     if scan.outside.hit is not None:
         evidence.append(Evidence(line=scan.outside.hit[0], text=scan.outside.hit[1], signature="outside-qnn", category="other"))
-    for v in votes:
-        add(v.category, v.weight, v.line, v.reason, v.kind)
-    worded = {v.category for v in votes if v.kind != "structure"}  # categories some signature, words, hint or frame speaks for
-    number_only: set[str] = set()  # categories read only from a bare status number, not from any words
+    worded = {v.category for v in collected.votes if v.kind != "structure"}  # categories some signature, words, hint or frame speaks for
+    number_only: set[str] = set()
     read_from_words: set[str] = set()
-    for hit in struct_hits:
+    for hit in collected.struct_hits:
         (number_only if hit.rule.startswith("code:") else read_from_words).add(hit.category)
         evidence.append(Evidence(line=hit.line, text=hit.text, signature=f"structure:{hit.rule}", category=hit.category))
     for frame in scan.frames:
         if frame.known:
             evidence.append(Evidence(line=frame.log_line, text=f"#{frame.number} {frame.function}"[:EVIDENCE_TEXT_CHARS],
                                      signature=f"frame:{frame.known}", category=_frame_category(frame.known)))
-    hits = scan.cases.hits()
-    for case in hits:
-        add(case.category, CASE_BOOST, case.line, f"past case {case.date}: {case.cause} (cases file)", "case")
+    for case in scan.cases.hits():
+        tally.add(case.category, CASE_BOOST, case.line, f"past case {case.date}: {case.cause} (cases file)", "case")
         evidence.append(Evidence(line=case.line, text=f"matches past case: {case.match}"[:EVIDENCE_TEXT_CHARS],
                                  signature="cases-file", category=case.category))
-    in_export = scan.export_marker or bool(scan.commands)
+    # On a tie, what failed in words ("graph finalize failed 1002": the finalize) outranks what the bare number
+    # alone would name (1002 = MEM_ALLOC): the number says how it failed, the words say what failed.
+    return number_only - (read_from_words | worded)
+
+
+def _add_export_readings(scan: _Scan, groups: list[tuple[Signature, dict[str, str]]], tally: _Tally, in_export: bool,
+                         warnings: list[str]) -> bool:
+    """What an export/convert log says by its shape: an LLM fused op without a QNN creator before a crash, and a log
+    that stops without an end marker; returns True for the latter."""
+    db = scan.db
+    scores = tally.scores
     c4_fused = {g.get("optype") for sig, g in groups if sig.category == "unsupported_op_not_registered"} & LLM_C4_FUSED_OPTYPES
     if in_export and c4_fused and "convert_segfault" in scores and "unsupported_op_not_registered" in scores:
         # The llmexport Transformer-C4 fusions have no QNN creator; in convert mode they run on CPU with no copy
         # inserted and the next QNN op bakes their output as a constant: the "Not registered" lines are the
         # cause of the crash (fixed by re-exporting), not an op to implement.
-        add("convert_segfault", scores["unsupported_op_not_registered"], first_line["unsupported_op_not_registered"],
-            "an op without a QNN creator inside a convert run falls back to CPU with no copy inserted and the next QNN "
-            "op bakes its output as a constant (source: alibaba/MNN@4d40bdb source/core/WrapExecution.cpp:22, "
-            "QNNBackend.cpp:1621-1627)", "signature")
+        tally.add("convert_segfault", scores["unsupported_op_not_registered"], tally.first_line["unsupported_op_not_registered"],
+                  "an op without a QNN creator inside a convert run falls back to CPU with no copy inserted and the next QNN "
+                  "op bakes its output as a constant (source: alibaba/MNN@4d40bdb source/core/WrapExecution.cpp:22, "
+                  "QNNBackend.cpp:1621-1627)", "signature")
     # A category the log's own lines name (the reporter's words alone do not make an export log end cleanly).
-    failed = {c for c, sc in scores.items() if c != "other" and sc >= db.min_score and kinds.get(c, set()) - {"words"}}
+    failed = {c for c, sc in scores.items() if c != "other" and sc >= db.min_score and tally.kinds.get(c, set()) - {"words"}}
     tail_text = [line for _, line in scan.tail]
     stopped = in_export and not failed and not ended_cleanly(tail_text)
     if stopped:
         last = scan.tail[-1][0] if scan.tail else scan.lines
-        add("convert_segfault", STOPPED_WEIGHT, last,
-            "the export/convert log stops without an end marker or an error line: most likely a crash whose last lines "
-            "were lost in the pipe buffer, or a kill", "structure")
+        tally.add("convert_segfault", STOPPED_WEIGHT, last,
+                  "the export/convert log stops without an end marker or an error line: most likely a crash whose last lines "
+                  "were lost in the pipe buffer, or a kill", "structure")
         warnings.append("The log stops without a crash line or an end marker: the last lines were probably lost in the "
                         "pipe buffer (or the process was killed). Re-run the failing command under `stdbuf -o0` (or "
                         "`gdb --args <command>`, then `bt`) and triage that log.")
@@ -484,21 +547,31 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
                         "end marker: in convert mode that op's output is baked by the next QNN op, which usually "
                         "crashes. Re-run the failing command under `stdbuf -o0` (or `gdb --args <command>`, then `bt`) "
                         "and triage that log.")
+    return stopped
+
+
+def _add_similar(scan: _Scan, tally: _Tally, stopped: bool) -> SimilarOpinion:
+    """The similar-threads opinion; it gives the category only where no rule names a failure and none says success."""
     similar = scan.similar.opinion()
-    named = any(s >= db.min_score for c, s in scores.items() if c != "other")
-    if not stopped and not named and "other" not in scores and scan.similar.leans():
+    named = any(s >= scan.db.min_score for c, s in tally.scores.items() if c != "other")
+    if not stopped and not named and "other" not in tally.scores and scan.similar.leans():
         # No rule names a failure (neither the log's lines nor the reporter's words), none says the run succeeded, yet
         # the log says something failed: the closest labelled public logs lean clearly to one category.
         similar.decided = True
-        add(str(similar.category), db.min_score, scan.lines, lean_reason(similar), "similar")
-    if scan.case_warnings:
-        warnings.extend(scan.case_warnings)
+        tally.add(str(similar.category), scan.db.min_score, scan.lines, lean_reason(similar), "similar")
+    return similar
+
+
+def _clue_warnings(scan: _Scan) -> list[str]:
+    out = list(scan.case_warnings)
     if "skip-check" in scan.clue_hits:
-        warnings.append("ModuleBasic printed 'Skip check': nothing was compared for that output, so success means nothing.")
-    # On a tie, what failed in words ("graph finalize failed 1002": the finalize) outranks what the bare number
-    # alone would name (1002 = MEM_ALLOC): the number says how it failed, the words say what failed.
-    number_only -= read_from_words | worded
-    ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0] in number_only, first_line.get(kv[0], 0)))
+        out.append("ModuleBasic printed 'Skip check': nothing was compared for that output, so success means nothing.")
+    return out
+
+
+def _rank(db: SignatureDB, tally: _Tally, number_only: set[str], stopped: bool) -> _Answer:
+    """The top failure at min_score or more (else ``other``), its confidence capped by the kind of reading behind it."""
+    ranked = sorted(tally.scores.items(), key=lambda kv: (-kv[1], kv[0] in number_only, tally.first_line.get(kv[0], 0)))
     failures = [(c, s) for c, s in ranked if c != "other"]
     if failures and failures[0][1] >= db.min_score:
         category, top = failures[0]
@@ -506,15 +579,20 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         confidence = (1 - math.exp(-top / 6)) * top / (top + second)
     else:
         category = "other"
-        confidence = 0.5 if "other" in scores else 0.2
-    basis = _basis(kinds.get(category, set()))
+        confidence = 0.5 if "other" in tally.scores else 0.2
+    basis = _basis(tally.kinds.get(category, set()))
     if basis == "structure":  # said by low_confidence_reason (the typed field replaces the former free-text warning)
-        confidence = min(confidence, structure.structure_only_confidence)
+        confidence = min(confidence, rules().structure_only_confidence)
     elif basis == "words":
         confidence = min(confidence, WORDS_ONLY_CONFIDENCE)
     elif basis == "similar":
         confidence = min(confidence, SIMILAR_POLICY.confidence)
     low_reason = _low_confidence_reason(basis, confidence, stopped and category == "convert_segfault")
+    return _Answer(category, confidence, basis, low_reason, ranked)
+
+
+def _shown_evidence(scan: _Scan, evidence: list[Evidence], category: str) -> list[Evidence]:
+    """The chosen category's rows first, one row per log line, in the log's own words (or its error/tail lines)."""
     if not evidence:
         evidence = [Evidence(line=n, text=t, signature="generic-error-line", category="other") for n, t in scan.generic]
         evidence = evidence or [Evidence(line=n, text=t, signature="log-tail", category="other") for n, t in scan.tail]
@@ -522,29 +600,30 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
     evidence = _first_per(evidence, lambda e: e.line)  # one row per log line
     for e in evidence:
         e.text = _CALL_NOTE.sub("", e.text)  # the log's own words, without the call name triage added to read them
+    return evidence
+
+
+def _hypotheses(db: SignatureDB, tally: _Tally, answer: _Answer) -> list[Hypothesis]:
     hypotheses = [
-        Hypothesis(category=c, title=db.categories[c].title, score=round(s, 2), why=reasons.get(c, []),
+        Hypothesis(category=c, title=db.categories[c].title, score=round(s, 2), why=tally.reasons.get(c, []),
                    playbook=db.categories[c].playbook)
-        for c, s in ranked[:5]
+        for c, s in answer.ranked[:5]
     ]
-    if category == "other" and not any(h.category == "other" for h in hypotheses):
+    if answer.category == "other" and not any(h.category == "other" for h in hypotheses):
         hypotheses.append(Hypothesis(category="other", title=db.categories["other"].title, score=0.0,
                                      why=["no known QNN failure signature matched"], playbook=db.categories["other"].playbook))
-    facts, op_steps = _facts(groups, category)
+    return hypotheses
+
+
+def _next_steps(scan: _Scan, groups: list[tuple[Signature, dict[str, str]]], category: str, op_steps: list[NextStep],
+                in_export: bool) -> list[NextStep]:
+    """Concrete `qnn-debug op` steps for the ops named, then the category's own steps (never one asking for what the
+    log already gives), one step per command."""
+    db = scan.db
+    spec = db.categories[category]
     # Under getTensorIdx (the #4716 map miss) the op in the frames only read a tensor an earlier CPU-fallback op
     # left unmapped: its constraints are not the question, so it gets no `qnn-debug op` step.
     frame_ops = [] if any(f.known == "get-tensor-idx" for f in scan.frames) else _ops_in_frames(scan.frames)
-    facts = [f"known case {k.date} ({k.category}): {k.cause} -> fix: {k.fix}" + (f" [{k.source}]" if k.source else "")
-             for k in hits] + _frame_facts(scan.frames) + command_facts(scan.commands) + facts
-    facts += [db_clue.fact for db_clue in db.clues if db_clue.id in scan.clue_hits]
-    facts += [site.fact() for site in scan.call_sites]
-    spec = db.categories[category]
-    title = spec.title + (" (the run reports success)" if category == "other" and "other" in scores else "")
-    if category == "other" and outside:
-        title = spec.title + " (the failure is a script, configuration or app error outside QNN)"
-        low_reason = _OUTSIDE_REASON
-    if stopped and category == "convert_segfault":
-        title = "the export stopped without a crash line (re-run under stdbuf -o0 / gdb)"
     steps = _op_steps(frame_ops) + op_steps
     steps = list({s.cli: s for s in steps}.values())[:3]
     has_op_steps = bool(steps)
@@ -558,19 +637,43 @@ def _decide(scan: _Scan, label: str, seconds: float) -> TriageResult:
         steps.insert(0, _tool_step(db, "check_llm_export", db.tools["check_llm_export"],
                                    "a Gather/rotary node of an LLM export fails validation: the usual cause is an "
                                    "index tensor quantized by smooth/omni activation quant; llm-check finds it"))
-    steps = _first_per(steps, lambda s: s.cli)  # one step per command
+    return _first_per(steps, lambda s: s.cli)  # one step per command
+
+
+def _build_result(scan: _Scan, label: str, seconds: float, collected: _Collected, tally: _Tally, answer: _Answer, *,
+                  outside: bool, stopped: bool, in_export: bool, similar: SimilarOpinion,
+                  warnings: list[str]) -> TriageResult:
+    """The typed answer: category, title, evidence, hypotheses, facts decoded from the hits and runnable next steps."""
+    db = scan.db
+    category = answer.category
+    low_reason = answer.low_reason
+    evidence = _shown_evidence(scan, collected.evidence, category)
+    hypotheses = _hypotheses(db, tally, answer)
+    facts, op_steps = _facts(collected.groups, category)
+    hits = scan.cases.hits()
+    facts = [f"known case {k.date} ({k.category}): {k.cause} -> fix: {k.fix}" + (f" [{k.source}]" if k.source else "")
+             for k in hits] + _frame_facts(scan.frames) + command_facts(scan.commands) + facts
+    facts += [db_clue.fact for db_clue in db.clues if db_clue.id in scan.clue_hits]
+    facts += [site.fact() for site in scan.call_sites]
+    spec = db.categories[category]
+    title = spec.title + (" (the run reports success)" if category == "other" and "other" in tally.scores else "")
+    if category == "other" and outside:
+        title = spec.title + " (the failure is a script, configuration or app error outside QNN)"
+        low_reason = _OUTSIDE_REASON
+    if stopped and category == "convert_segfault":
+        title = "the export stopped without a crash line (re-run under stdbuf -o0 / gdb)"
     return TriageResult(
         source=label,
         category=category,
         title=title,
-        confidence=round(min(confidence, 0.99), 2),
-        basis=basis,
+        confidence=round(min(answer.confidence, 0.99), 2),
+        basis=answer.basis,
         low_confidence=low_reason is not None,
         low_confidence_reason=low_reason,
         playbook=spec.playbook,
         hypotheses=hypotheses,
         evidence=evidence[:MAX_EVIDENCE],
-        next_steps=steps,
+        next_steps=_next_steps(scan, collected.groups, category, op_steps, in_export),
         facts=facts,
         known_cases=hits,
         similar=similar.model_copy(update={"threads": shown(similar.threads)}),
