@@ -16,10 +16,10 @@ from triage_accuracy import CORPUS, HELDOUT, evaluate, top1
 
 # Regression floor only, set AFTER the single measurement of the current held-out set, never above it; None while a
 # new set has not been measured yet (the test then skips, so that no run shows the held-out figure before the round's
-# changes are done). Round 7 has not been measured yet. The goal (90%) is reported by triage_accuracy.py, not
-# asserted. Earlier rounds, now in-sample: round 6 measured 58/86 = 67.4%, round 5 47/72 = 65.3%, round 4 29/41 =
-# 70.7%, round 3 10/29 = 34.5%.
-HELDOUT_FLOOR: float | None = None
+# changes are done). Round 7 measured 70/111 = 63.1% (70/111 before the round too): four more misses fail the test.
+# The goal (90%) is reported by triage_accuracy.py, not asserted. Earlier rounds, now in-sample: round 6 measured
+# 58/86 = 67.4%, round 5 47/72 = 65.3%, round 4 29/41 = 70.7%, round 3 10/29 = 34.5%.
+HELDOUT_FLOOR: float | None = 0.60
 
 
 def test_corpus_is_real_and_large_enough() -> None:
@@ -43,6 +43,8 @@ def test_heldout_part_is_separate_real_and_a_fifth() -> None:
     for case in held:
         assert (HELDOUT / case["file"]).stat().st_size > 0 and not (CORPUS / case["file"]).exists()
         assert case["expected"] in CATEGORIES and case["source"].startswith("https://github.com/")
+        if "second_reader" in case:
+            assert case["second_reader"]["label"] in CATEGORIES and isinstance(case["second_reader"]["sure"], bool)
 
 
 def test_heldout_top1_stays_above_its_floor(capsys: pytest.CaptureFixture[str]) -> None:

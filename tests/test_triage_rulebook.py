@@ -1,4 +1,4 @@
-"""The engine follows the labelling rule book (tests/fixtures/triage_labelling.md), and says what its answer rests on.
+"""The engine follows the labelling rule book (playbooks/triage-labels.md), and says what its answer rests on.
 
 Every log below was written for this test (other runtimes' formats, other numbers); none is a corpus line.
 """
@@ -164,3 +164,20 @@ def test_an_export_that_stops_says_so_even_when_the_reporter_says_it_crashed() -
     assert r.category == "convert_segfault"
     assert "stopped without a crash line" in r.title
     assert r.low_confidence_reason and "stdbuf -o0" in r.low_confidence_reason
+
+
+def test_the_rule_book_is_a_playbook_covering_every_category_and_unsure_answers_point_to_it() -> None:
+    from pathlib import Path
+
+    from qnn_debug.triage.signatures import CATEGORIES
+
+    repo = Path(__file__).resolve().parent.parent
+    book = (repo / "playbooks" / "triage-labels.md").read_text(encoding="utf-8")
+    assert all(f"| `{c}` |" in book for c in CATEGORIES), "every category has its row in the rule book"
+    assert "(triage-labels.md)" in (repo / "playbooks" / "README.md").read_text(encoding="utf-8")
+    assert "(playbooks/triage-labels.md)" in (repo / "SKILL.md").read_text(encoding="utf-8")
+    told_in_words = triage_log(text="MNN 推理结果不正确，和 PC 上差很多\n")
+    assert told_in_words.low_confidence and told_in_words.basis == "words"
+    assert "playbooks/triage-labels.md" in (told_in_words.low_confidence_reason or "")
+    nothing = triage_log(text="I followed the tutorial and here is my phone model.\n")
+    assert nothing.basis == "none" and "playbooks/triage-labels.md" in (nothing.low_confidence_reason or "")

@@ -775,16 +775,19 @@ def _low_confidence_reason(basis: Basis, confidence: float, stopped: bool) -> st
     if basis == "none":
         return ("nothing in the text names a failure: give the full stdout+stderr of the failing run (2>&1), or "
                 "logcat on Android, and the command that was run; if the run stopped without a message, its last lines "
-                "may be lost in the pipe buffer: re-run it under `stdbuf -o0` (or `gdb --args <command>`, then `bt`)")
+                "may be lost in the pipe buffer: re-run it under `stdbuf -o0` (or `gdb --args <command>`, then `bt`); if the "
+                "reporter's words say what failed, read them by the rule book (playbooks/triage-labels.md)")
     if basis == "structure":
         return ("no known wording matched: the answer rests on the log's structure alone (a QNN status, the object "
-                "that failed, a crash), so treat it as a lead, not a diagnosis; check it against the evidence lines")
+                "that failed, a crash), so treat it as a lead, not a diagnosis; check it against the evidence lines and "
+                "the rule book (playbooks/triage-labels.md)")
     if basis == "words":
         return ("the answer rests on the reporter's own words, not on a log line: ask for the failing run's full "
-                "output (stdout+stderr or logcat) to confirm it")
+                "output (stdout+stderr or logcat) to confirm it, and read the words by the rule book "
+                "(playbooks/triage-labels.md)")
     if basis == "similar":
         return ("no rule names the failure: the category is the one of labelled public threads this log resembles; "
-                "read them and check the log against them")
+                "read them and check the log against them and the rule book (playbooks/triage-labels.md)")
     if confidence < LOW_CONFIDENCE:
         return "a known wording matched, but other categories score close to it: read the other hypotheses too"
     return None
