@@ -81,9 +81,9 @@ def _pinned(name: str) -> str:
 
 
 # import name -> how to install it into the environment the engine runs in (MNN without its dependencies: its
-# scripts install packages at run time)
+# scripts install packages at run time; its pin is read from the requirements file only when the hint is built)
 INSTALL_COMMANDS = {
-    "MNN": f"pip install --no-deps {_pinned('MNN')}",
+    "MNN": "pip install --no-deps {MNN}",
     "onnxruntime": "pip install onnxruntime-qnn",
     "onnx": "pip install onnx",
     "numpy": "pip install numpy",
@@ -95,8 +95,9 @@ def missing_dependency(e: ImportError) -> MissingDependencyError | None:
     top = (getattr(e, "name", None) or "").split(".")[0]
     if not isinstance(e, ModuleNotFoundError) or top not in INSTALL_COMMANDS:
         return None
+    command = INSTALL_COMMANDS[top].format(MNN=_pinned("MNN"))
     return MissingDependencyError(f"the Python package {top!r} is not installed in the environment the engine runs in",
-                                  hint=f"install it there ({INSTALL_COMMANDS[top]}; `make setup` does it in a "
+                                  hint=f"install it there ({command}; `make setup` does it in a "
                                        "checkout) and run the command again", details={"module": top})
 
 

@@ -27,7 +27,7 @@ from typing import IO, TypeVar
 from ..errors import BadInputError
 from .backtrace import Frame, known_frames, parse_frames
 from .call_sites import CallSite, call_site
-from .cases import CASE_BOOST, CaseMatcher, read_cases
+from .cases import CASE_BOOST, CaseMatcher, KnownCase, read_cases
 from .commands import STEP_MARKERS, CommandLine, command_facts, ended_cleanly, find_commands
 from .models import Basis, Evidence, Hypothesis, NextStep, NoiseHit, TriageResult, TriageStats
 from .outside import OutsideScan
@@ -57,6 +57,9 @@ CRASH_AFTER_ERROR_FACTOR = 0.5  # weight left to a crash that follows a clear er
 WORDS_AGAINST_LOG_FACTOR = 0.5  # weight left to the reporter's words when the log's own lines already name a failure
 LOW_CONFIDENCE = 0.45
 WORDS_ONLY_CONFIDENCE = 0.6
+# The rule book triage is measured against, where an unsure answer sends the reader (a playbook, served as
+# playbook://triage-labels).
+RULE_BOOK = "playbooks/triage-labels.md"
 OUTSIDE_FACTOR = 0.5  # weight left to words and structure once the log's failing lines are a script error outside QNN
 # Log levels as runtimes print them: [W]/[WARNING], <W> (QNN), W/tag and "date time pid tid W tag" (logcat),
 # W1207 (glog), [W:onnxruntime (ORT), Python's WARNING:/UserWarning:; the error levels likewise.
@@ -405,6 +408,7 @@ class _Collected:
     evidence: list[Evidence]
     groups: list[tuple[Signature, dict[str, str]]]
     struct_hits: list[StructHit]
+    cases: list[KnownCase]  # past cases (cases file) the log matches, newest first
 
 
 @dataclass
@@ -468,7 +472,7 @@ def _collect_votes(scan: _Scan) -> _Collected:
     for h in struct_hits:
         votes.append(_Vote(h.category, 1.0, h.line, h.line, f"log structure ({h.rule}): {h.why} (source: {h.source})",
                            "structure", _survived(h.text), crash=h.rule == "crash", text=h.text, rule=h.rule))
-    return _Collected(votes, evidence, groups, struct_hits)
+    return _Collected(votes, evidence, groups, struct_hits, scan.cases.hits())
 
 
 def _weigh_votes(scan: _Scan, votes: list[_Vote]) -> bool:
@@ -506,7 +510,7 @@ def _add_structure_and_frames(scan: _Scan, collected: _Collected, tally: _Tally)
         if frame.known:
             evidence.append(Evidence(line=frame.log_line, text=f"#{frame.number} {frame.function}"[:EVIDENCE_TEXT_CHARS],
                                      signature=f"frame:{frame.known}", category=_frame_category(frame.known)))
-    for case in scan.cases.hits():
+    for case in collected.cases:
         tally.add(case.category, CASE_BOOST, case.line, f"past case {case.date}: {case.cause} (cases file)", "case")
         evidence.append(Evidence(line=case.line, text=f"matches past case: {case.match}"[:EVIDENCE_TEXT_CHARS],
                                  signature="cases-file", category=case.category))
@@ -650,7 +654,7 @@ def _build_result(scan: _Scan, label: str, seconds: float, collected: _Collected
     evidence = _shown_evidence(scan, collected.evidence, category)
     hypotheses = _hypotheses(db, tally, answer)
     facts, op_steps = _facts(collected.groups, category)
-    hits = scan.cases.hits()
+    hits = collected.cases
     facts = [f"known case {k.date} ({k.category}): {k.cause} -> fix: {k.fix}" + (f" [{k.source}]" if k.source else "")
              for k in hits] + _frame_facts(scan.frames) + command_facts(scan.commands) + facts
     facts += [db_clue.fact for db_clue in db.clues if db_clue.id in scan.clue_hits]
@@ -776,18 +780,17 @@ def _low_confidence_reason(basis: Basis, confidence: float, stopped: bool) -> st
         return ("nothing in the text names a failure: give the full stdout+stderr of the failing run (2>&1), or "
                 "logcat on Android, and the command that was run; if the run stopped without a message, its last lines "
                 "may be lost in the pipe buffer: re-run it under `stdbuf -o0` (or `gdb --args <command>`, then `bt`); if the "
-                "reporter's words say what failed, read them by the rule book (playbooks/triage-labels.md)")
+                f"reporter's words say what failed, read them by the rule book ({RULE_BOOK})")
     if basis == "structure":
         return ("no known wording matched: the answer rests on the log's structure alone (a QNN status, the object "
                 "that failed, a crash), so treat it as a lead, not a diagnosis; check it against the evidence lines and "
-                "the rule book (playbooks/triage-labels.md)")
+                f"the rule book ({RULE_BOOK})")
     if basis == "words":
         return ("the answer rests on the reporter's own words, not on a log line: ask for the failing run's full "
-                "output (stdout+stderr or logcat) to confirm it, and read the words by the rule book "
-                "(playbooks/triage-labels.md)")
+                f"output (stdout+stderr or logcat) to confirm it, and read the words by the rule book ({RULE_BOOK})")
     if basis == "similar":
         return ("no rule names the failure: the category is the one of labelled public threads this log resembles; "
-                "read them and check the log against them and the rule book (playbooks/triage-labels.md)")
+                f"read them and check the log against them and the rule book ({RULE_BOOK})")
     if confidence < LOW_CONFIDENCE:
         return "a known wording matched, but other categories score close to it: read the other hypotheses too"
     return None
