@@ -36,7 +36,7 @@ async def build_packet(log_dir: Path) -> dict[str, Any]:
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", str(log_dir))}
     params = StdioServerParameters(command=sys.executable, args=["-m", "qnn_debug_mcp", "--root", str(log_dir)],
                                    env=env, cwd=str(log_dir))
-    cases = []
+    cases: list[dict[str, Any]] = []
     async with Client(params) as client:
         book = await client.read_resource(RULE_BOOK)
         for log in sorted(log_dir.glob("*.log")):
