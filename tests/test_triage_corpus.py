@@ -45,6 +45,30 @@ def test_heldout_part_is_separate_real_and_a_fifth() -> None:
         assert case["expected"] in CATEGORIES and case["source"].startswith("https://")
         if "second_reader" in case:
             assert case["second_reader"]["label"] in CATEGORIES and isinstance(case["second_reader"]["sure"], bool)
+        if "assistant" in case:
+            _assert_reading_is_grounded(case["assistant"], (HELDOUT / case["file"]).read_text(encoding="utf-8", errors="replace"))
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _assert_reading_is_grounded(reading: dict[str, object], log: str) -> None:
+    """A recorded assistant reading names a category and quotes the line or words that decide it, verbatim from the
+    log (whitespace aside): a label with no line behind it would not be a reading of the log."""
+    assert reading["label"] in CATEGORIES and isinstance(reading["read"], bool)
+    quote = str(reading.get("quote") or "")
+    assert quote.strip(), reading
+    assert _squash(quote) in _squash(log), f"the quoted line is not in the log: {quote!r}"
+
+
+def test_grounding_check_refuses_a_quote_the_log_lacks() -> None:
+    log = "QnnDsp <E> graph prepare failed 1002\n  at step 3"
+    _assert_reading_is_grounded({"label": "finalize_failed_1002", "read": True, "quote": "graph prepare   failed 1002"}, log)
+    with pytest.raises(AssertionError):
+        _assert_reading_is_grounded({"label": "finalize_failed_1002", "read": True, "quote": "graph finalize failed"}, log)
+    with pytest.raises(AssertionError):
+        _assert_reading_is_grounded({"label": "not_a_category", "read": True, "quote": "failed 1002"}, log)
 
 
 def test_heldout_top1_stays_above_its_floor(capsys: pytest.CaptureFixture[str]) -> None:

@@ -190,6 +190,7 @@ HELDOUT = FIXTURES / "triage_heldout"
 REPO = Path(__file__).resolve().parent.parent
 GOAL_IN_SAMPLE = 0.85
 GOAL_HELDOUT = 0.90
+HELDOUT_ROUND = 8  # the round whose set is in ``HELDOUT`` now
 ROUNDS = ("", "heldout-2", "heldout-3", "heldout-4", "heldout-5", "heldout-6", "heldout-7")
 # The commit whose engine measured each earlier held-out round once, while it was still held out (see the history
 # above): its answers on that round are the rules' honest out-of-sample answers.
@@ -212,6 +213,9 @@ class CaseResult(BaseModel):
     similar: str | None = None  # the layer's lean alone
     decided: bool = False  # the layer gave the category
     second_reader: str | None = None  # a second reader's label by the rule book (held-out rounds that have one)
+    low_confidence: bool = False
+    assistant: str | None = None  # the skill's triage step as recorded through the MCP server (see ``_skill_step``)
+    assistant_read: bool = False  # the assistant read the log by the rule book (triage was unsure when recorded)
 
 
 def _round_name(rnd: str) -> str:
@@ -253,10 +257,13 @@ def _round_of(log: LabelledLog) -> str:
 
 def _case_result(case: dict[str, Any], r: TriageResult) -> CaseResult:
     second = case.get("second_reader") or {}
+    assistant = case.get("assistant") or {}
     return CaseResult(id=case["id"], round=case.get("round", ""), expected=case["expected"], got=r.category,
                       confidence=r.confidence, evidence=len(r.evidence), next_steps=len(r.next_steps),
                       seconds=r.stats.seconds, rules="other" if r.similar.decided else r.category,
-                      similar=r.similar.category, decided=r.similar.decided, second_reader=second.get("label"))
+                      similar=r.similar.category, decided=r.similar.decided, second_reader=second.get("label"),
+                      low_confidence=r.low_confidence, assistant=assistant.get("label"),
+                      assistant_read=bool(assistant.get("read")))
 
 
 def _agreement(results: list[CaseResult]) -> str | None:
@@ -268,6 +275,30 @@ def _agreement(results: list[CaseResult]) -> str | None:
     agreed = [r for r in read if r.second_reader == r.expected]
     return (f"  a second reader (rule book, log text only, blind to the labels) agrees on {_frac(len(agreed), len(read))};"
             f" triage on the logs both label alike {_frac(sum(r.got == r.expected for r in agreed), len(agreed))}")
+
+
+def _sure_and_unsure(results: list[CaseResult]) -> str:
+    """Triage's answers split by its own ``low_confidence``: the sure ones are acted on, the unsure ones are read."""
+    sure = [r for r in results if not r.low_confidence]
+    unsure = [r for r in results if r.low_confidence]
+    return (f"  triage sure (low_confidence false) on {len(sure)}: right {_frac(sum(r.got == r.expected for r in sure), len(sure))};"
+            f" unsure on {len(unsure)}: right {_frac(sum(r.got == r.expected for r in unsure), len(unsure))}")
+
+
+def _skill_step(results: list[CaseResult]) -> str | None:
+    """The skill's triage step as users meet it, recorded once per round: ``triage_log`` called through the MCP server,
+    and where its answer had ``low_confidence`` the assistant's own reading of the log by the rule book (SKILL.md
+    step 1), by a reader blind to the labels (``tests/triage_reading_packet.py``). None when the round has no record."""
+    done = [r for r in results if r.assistant]
+    if not done:
+        return None
+    read = [r for r in done if r.assistant_read]
+    kept = [r for r in done if not r.assistant_read]
+    return (f"the skill's triage step (triage_log through the MCP server + the assistant reading by the rule book where"
+            f" triage was unsure; recorded blind to the labels): {_frac(sum(r.assistant == r.expected for r in done), len(done))}"
+            f"  (goal {GOAL_HELDOUT:.0%})\n  read by the rule book {len(read)}, right "
+            f"{_frac(sum(r.assistant == r.expected for r in read), len(read))}; triage's sure answer kept {len(kept)}, right "
+            f"{_frac(sum(r.assistant == r.expected for r in kept), len(kept))}")
 
 
 def evaluate(corpus: Path = CORPUS, leave_one_out: bool | None = None) -> list[CaseResult]:
@@ -462,19 +493,24 @@ def main(argv: list[str]) -> int:
     decided = [r for r in in_sample if r.decided]
     print(f"  similar threads gave the category {len(decided)}x, right {sum(r.got == r.expected for r in decided)}x; "
           f"rules alone {_frac(sum(r.rules == r.expected for r in in_sample), len(in_sample))}")
+    print(_sure_and_unsure(in_sample))
     if "--in-sample-only" in argv:
         return 0 if top1(in_sample) >= GOAL_IN_SAMPLE else 1
     held = evaluate(HELDOUT)
     if "--show-heldout" in argv:
         print("held-out cases:")
         _print_cases(held, misses_only=False)
-    print(_line("held-out  top-1 (round 7, never tuned on)", held) + f"  (goal {GOAL_HELDOUT:.0%})")
+    print(_line(f"held-out  top-1 (round {HELDOUT_ROUND}, never tuned on)", held) + f"  (goal {GOAL_HELDOUT:.0%})")
     decided = [r for r in held if r.decided]
     print(f"  similar threads gave the category {len(decided)}x, right {sum(r.got == r.expected for r in decided)}x; "
           f"rules alone {_frac(sum(r.rules == r.expected for r in held), len(held))}")
+    print(_sure_and_unsure(held))
     agreement = _agreement(held)
     if agreement:
         print(agreement)
+    step = _skill_step(held)
+    if step:
+        print(step)
     return 0 if top1(in_sample) >= GOAL_IN_SAMPLE else 1
 
 
