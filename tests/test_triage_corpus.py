@@ -54,9 +54,10 @@ def _squash(text: str) -> str:
 
 
 def _assert_reading_is_grounded(reading: dict[str, object], log: str) -> None:
-    """A recorded assistant reading names a category and quotes the line or words that decide it, verbatim from the
-    log (whitespace aside): a label with no line behind it would not be a reading of the log."""
-    assert reading["label"] in CATEGORIES and isinstance(reading["read"], bool)
+    """A recorded assistant step holds triage's answer and the reader's category, and the reading quotes the line or
+    words that decide it, verbatim from the log (whitespace aside): a label with no line behind it is not a reading."""
+    assert reading["triage"] in CATEGORIES and reading["reading"] in CATEGORIES
+    assert isinstance(reading["low_confidence"], bool) and isinstance(reading["sure"], bool)
     quote = str(reading.get("quote") or "")
     assert quote.strip(), reading
     assert _squash(quote) in _squash(log), f"the quoted line is not in the log: {quote!r}"
@@ -64,11 +65,12 @@ def _assert_reading_is_grounded(reading: dict[str, object], log: str) -> None:
 
 def test_grounding_check_refuses_a_quote_the_log_lacks() -> None:
     log = "QnnDsp <E> graph prepare failed 1002\n  at step 3"
-    _assert_reading_is_grounded({"label": "finalize_failed_1002", "read": True, "quote": "graph prepare   failed 1002"}, log)
+    step = {"triage": "other", "low_confidence": True, "reading": "finalize_failed_1002", "sure": True}
+    _assert_reading_is_grounded({**step, "quote": "graph prepare   failed 1002"}, log)
     with pytest.raises(AssertionError):
-        _assert_reading_is_grounded({"label": "finalize_failed_1002", "read": True, "quote": "graph finalize failed"}, log)
+        _assert_reading_is_grounded({**step, "quote": "graph finalize failed"}, log)
     with pytest.raises(AssertionError):
-        _assert_reading_is_grounded({"label": "not_a_category", "read": True, "quote": "failed 1002"}, log)
+        _assert_reading_is_grounded({**step, "reading": "not_a_category", "quote": "failed 1002"}, log)
 
 
 def test_heldout_top1_stays_above_its_floor(capsys: pytest.CaptureFixture[str]) -> None:
@@ -106,3 +108,23 @@ def test_cross_rounds_reads_only_the_in_sample_corpus(tmp_path: Path, monkeypatc
     for line in ("leave one round out", "round 4", "leave one source repository out", "all repositories"):
         assert line in out
     assert "layer alone" in out and "rules+layer" in out
+
+
+def test_skill_step_takes_triage_when_sure_and_the_reading_when_unsure() -> None:
+    """The step's answer is triage's where it was sure and the reader's where it was not; the reading alone is scored
+    on every log."""
+    def case(case_id: str, expected: str, step: dict[str, object]) -> triage_accuracy.CaseResult:
+        return triage_accuracy._case_result({"id": case_id, "expected": expected, "assistant": step}, triage_log(
+            text="QnnDsp <E> graph prepare failed 1002\n"))
+
+    results = [
+        case("a", "finalize_failed_1002", {"triage": "finalize_failed_1002", "low_confidence": False, "reading": "other"}),
+        case("b", "vtcm_or_memory", {"triage": "other", "low_confidence": True, "reading": "vtcm_or_memory"}),
+        case("c", "build_error", {"triage": "build_error", "low_confidence": True, "reading": "other"}),
+    ]
+    line = triage_accuracy._skill_step(results)
+    assert line is not None
+    assert "blind to the labels): 2/3 = 66.7%" in line
+    assert "read by the rule book: 2, right 1/2" in line and "its answer kept: 1, right 1/1" in line
+    assert "the reading alone on every log 1/3" in line
+    assert triage_accuracy._skill_step(results[:0]) is None

@@ -215,7 +215,8 @@ class CaseResult(BaseModel):
     second_reader: str | None = None  # a second reader's label by the rule book (held-out rounds that have one)
     low_confidence: bool = False
     assistant: str | None = None  # the skill's triage step as recorded through the MCP server (see ``_skill_step``)
-    assistant_read: bool = False  # the assistant read the log by the rule book (triage was unsure when recorded)
+    assistant_read: bool = False  # the step rests on the reading: triage was unsure when recorded
+    reading: str | None = None  # the reader's own category by the rule book (every recorded case)
 
 
 def _round_name(rnd: str) -> str:
@@ -258,12 +259,13 @@ def _round_of(log: LabelledLog) -> str:
 def _case_result(case: dict[str, Any], r: TriageResult) -> CaseResult:
     second = case.get("second_reader") or {}
     assistant = case.get("assistant") or {}
+    unsure = bool(assistant.get("low_confidence"))
     return CaseResult(id=case["id"], round=case.get("round", ""), expected=case["expected"], got=r.category,
                       confidence=r.confidence, evidence=len(r.evidence), next_steps=len(r.next_steps),
                       seconds=r.stats.seconds, rules="other" if r.similar.decided else r.category,
                       similar=r.similar.category, decided=r.similar.decided, second_reader=second.get("label"),
-                      low_confidence=r.low_confidence, assistant=assistant.get("label"),
-                      assistant_read=bool(assistant.get("read")))
+                      low_confidence=r.low_confidence, reading=assistant.get("reading"), assistant_read=unsure,
+                      assistant=assistant.get("reading") if unsure else assistant.get("triage"))
 
 
 def _agreement(results: list[CaseResult]) -> str | None:
@@ -286,19 +288,21 @@ def _sure_and_unsure(results: list[CaseResult]) -> str:
 
 
 def _skill_step(results: list[CaseResult]) -> str | None:
-    """The skill's triage step as users meet it, recorded once per round: ``triage_log`` called through the MCP server,
-    and where its answer had ``low_confidence`` the assistant's own reading of the log by the rule book (SKILL.md
-    step 1), by a reader blind to the labels (``tests/triage_reading_packet.py``). None when the round has no record."""
+    """The skill's triage step as users meet it, recorded once per round: ``triage_log`` called through the MCP server
+    (``tests/triage_reading_packet.py``); where its answer had ``low_confidence`` the step's answer is the assistant's
+    own reading of the log by the rule book (SKILL.md step 1), where it had not, triage's answer. The reader, blind to
+    the labels, read every log, so its reading alone is reported too. None when the round has no record."""
     done = [r for r in results if r.assistant]
     if not done:
         return None
     read = [r for r in done if r.assistant_read]
     kept = [r for r in done if not r.assistant_read]
-    return (f"the skill's triage step (triage_log through the MCP server + the assistant reading by the rule book where"
-            f" triage was unsure; recorded blind to the labels): {_frac(sum(r.assistant == r.expected for r in done), len(done))}"
-            f"  (goal {GOAL_HELDOUT:.0%})\n  read by the rule book {len(read)}, right "
-            f"{_frac(sum(r.assistant == r.expected for r in read), len(read))}; triage's sure answer kept {len(kept)}, right "
-            f"{_frac(sum(r.assistant == r.expected for r in kept), len(kept))}")
+    return (f"the skill's triage step (triage_log through the MCP server; where it was unsure, the assistant's reading by"
+            f" the rule book, blind to the labels): {_frac(sum(r.assistant == r.expected for r in done), len(done))}"
+            f"  (goal {GOAL_HELDOUT:.0%})\n  triage unsure, so read by the rule book: {len(read)}, right "
+            f"{_frac(sum(r.assistant == r.expected for r in read), len(read))}; triage sure, its answer kept: {len(kept)},"
+            f" right {_frac(sum(r.assistant == r.expected for r in kept), len(kept))}; the reading alone on every log "
+            f"{_frac(sum(r.reading == r.expected for r in done), len(done))}")
 
 
 def evaluate(corpus: Path = CORPUS, leave_one_out: bool | None = None) -> list[CaseResult]:
