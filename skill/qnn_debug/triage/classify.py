@@ -452,11 +452,12 @@ def _collect_votes(scan: _Scan) -> _Collected:
         if sig.requires_any and not (set(sig.requires_any) & scan.context_seen):
             continue
         lines = [e[0] for e in state.evidence]
-        votes.append(_Vote(sig.category, sig.weight, min(lines), max(lines), f"{sig.why} ({state.count}x; source: {sig.source})",
+        category = sig.category_for(state.evidence[0][2])
+        votes.append(_Vote(category, sig.weight, min(lines), max(lines), f"{sig.why} ({state.count}x; source: {sig.source})",
                            "words" if sig.basis == "words" else "signature",
-                           all(_survived(text) for _n, text, _g in state.evidence)))
+                           all(_survived(text) for _n, text, _g in state.evidence), crash=sig.crash))
         for line_no, line, g in state.evidence:
-            evidence.append(Evidence(line=line_no, text=line, signature=sig.id, category=sig.category))
+            evidence.append(Evidence(line=line_no, text=line, signature=sig.id, category=sig.category_for(g)))
             if g:
                 groups.append((sig, g))
     for noise in db.noise:
@@ -490,7 +491,7 @@ def _weigh_votes(scan: _Scan, votes: list[_Vote]) -> bool:
     for v in votes:
         if v.kind == "structure":
             v.weight *= struct_weight
-    _weigh_words(votes, db.min_score)
+    _weigh_words(votes, db.min_score, db.words_outrank)
     return _weigh_outside(votes, scan.outside.hit)
 
 
@@ -734,11 +735,12 @@ def _weigh_outside(votes: list[_Vote], hit: tuple[int, str] | None) -> bool:
     return True
 
 
-def _weigh_words(votes: list[_Vote], min_score: float) -> None:
+def _weigh_words(votes: list[_Vote], min_score: float, outrank: list[tuple[str, str, str]]) -> None:
     """The reporter's words are a hint: they decide only where the log's own lines do not.
 
     One statement said three ways is one piece of evidence (only the heaviest words vote per category); words that
-    restate a category the log already shows add nothing; words against a failure the log itself shows weigh half.
+    restate a category the log already shows add nothing; words against a failure the log itself shows weigh half,
+    and so do words of a category that other words outrank (a library said missing before the crash it causes).
     """
     log: dict[str, float] = {}
     for v in votes:
@@ -749,12 +751,13 @@ def _weigh_words(votes: list[_Vote], min_score: float) -> None:
         if v.kind == "words" and (v.category not in best or v.weight > best[v.category].weight):
             best[v.category] = v
     log_decides = any(w >= min_score for w in log.values())
+    outranked = {weaker for stronger, weaker, _why in outrank if stronger in best and weaker in best}
     for v in votes:
         if v.kind != "words":
             continue
         if best[v.category] is not v or log.get(v.category, 0.0) > 0:
             v.weight = 0.0
-        elif log_decides:
+        elif log_decides or v.category in outranked:
             v.weight *= WORDS_AGAINST_LOG_FACTOR
 
 
@@ -849,7 +852,7 @@ def _facts(groups: list[tuple[Signature, dict[str, str]]], category: str) -> tup
                 ops.append(g[key])
         if "node" in g and category in ("op_validation_failed_3110_0xc26", "finalize_failed_1002", "unsupported_op_not_registered"):
             add(f"node named by the log: {g['node']}")
-            if sig.category == category and (op := _op_of_node(g["node"])):
+            if sig.category_for(g) == category and (op := _op_of_node(g["node"])):
                 ops.append(op)  # _op_steps drops a name the lookup does not know
     return facts, _op_steps(ops)
 

@@ -57,6 +57,12 @@ class Signature(BaseModel):
         "searched only in the log's first 256 KiB (where a report's prose and a pasted answer are): for the reporter's "
         "words, whose patterns are too costly to run over a 100 MB device log, and for shapes no literal can anchor "
         "(one token repeated); anchors are not used (256 KiB costs less than testing each anchor on every chunk)"))
+    code_categories: dict[str, str] = Field(default_factory=dict, description=(
+        "the category a stated QNN error code (named group 'code') gives the hit instead of ``category``: one "
+        "wording prints several codes (an op refused as invalid, 3110, or because no op package implements it, 4005)"))
+    crash: bool = Field(default=False, description=(
+        "the line is a crash report: like a crash line of the log's structure, it weighs less after a clear error of "
+        "another category (the rule book's rule 1)"))
     prefilter: str | None = Field(default=None, description="cheap regex that must match before the full pattern runs")
     min_value: float | None = Field(default=None, description="named group 'value' must be > this")
     max_value: float | None = Field(default=None, description="named group 'value' must be <= this")
@@ -67,8 +73,8 @@ class Signature(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Signature:
-        if self.category not in CATEGORIES:
-            raise ValueError(f"signature {self.id}: unknown category {self.category}")
+        if self.category not in CATEGORIES or not set(self.code_categories.values()) <= set(CATEGORIES):
+            raise ValueError(f"signature {self.id}: unknown category {self.category} / {self.code_categories}")
         re.compile(self.pattern)
         if self.before is not None and not self.before.endswith("\\Z"):
             raise ValueError(f"signature {self.id}: 'before' must end with \\Z (it is matched right before the hit)")
@@ -89,6 +95,10 @@ class Signature(BaseModel):
         if self.before is None:
             return True
         return _compiled(self.before, 0).search(text[max(0, start - BEFORE_CHARS) : start]) is not None
+
+    def category_for(self, groups: dict[str, str]) -> str:
+        """The hit's category: the stated code's where the wording prints codes of different meanings."""
+        return self.code_categories.get(groups.get("code", ""), self.category)
 
 
 class Noise(BaseModel):
@@ -157,12 +167,18 @@ class SignatureDB(BaseModel):
     noise: list[Noise]
     signatures: list[Signature]
     clues: list[Clue] = Field(default_factory=list)
+    words_outrank: list[tuple[str, str, str]] = Field(default_factory=list, description=(
+        "[stronger, weaker, why]: where the reporter's words name both, the weaker category's words weigh half "
+        "(the words of the cause, or of the narrower class, decide)"))
 
     @model_validator(mode="after")
     def _check(self) -> SignatureDB:
         missing = set(CATEGORIES) - set(self.categories)
         if missing:
             raise ValueError(f"categories without a playbook entry: {sorted(missing)}")
+        unknown_pair = {c for pair in self.words_outrank for c in pair[:2]} - set(CATEGORIES)
+        if unknown_pair:
+            raise ValueError(f"words_outrank names unknown categories: {sorted(unknown_pair)}")
         for spec in self.categories.values():
             for step in spec.next_steps:
                 if step.tool not in self.tools:

@@ -58,7 +58,14 @@ _API_CALL = re.compile(r"\bQnn(?P<call>[A-Z][a-z]+_[a-z]\w*)\b[^\n]{0,60}?(?:ret
                        r"(?:\W{0,4}(?:with|code|error|err|status|value|of))*\W{0,4}(?P<code>0x[0-9a-fA-F]+|\d+)\b")
 _CAPACITY_NOUN = re.compile(r"(?i)\b(?:VTCM|TCM|memory|RAM|heap|buffers?|spill ?fill)\b")
 _CAPACITY_BAD = re.compile(r"(?i)\bexceed\w*|\bnot enough\b|\binsufficient\b|\btoo (?:large|big|small)\b|\b(?:larger|greater|bigger) than\b"
-                           r"|\bout of\b|\bno (?:more )?(?:free )?space\b|\bexhaust\w*|\boverflow\w*")
+                           r"|\bout of\b|\bno (?:more )?(?:free )?space\b|\bexhaust\w*|\boverflow\w*"
+                           r"|\b(?:allocat\w*|mmap|memory map(?:ping)?|mapping)\W+(?:\w+\W+){0,2}?(?:fail\w*|errors?)\b"
+                           r"|\b(?:fail\w*|unable|cannot|can't|could not|couldn't) (?:to )?(?:allocate|map)\b")
+# A line that asks whether something can be done ("Can we delegate the unsupported ops to the CPU?"): a question, not
+# a runtime refusing an op.
+_CAN_QUESTION = re.compile(r"(?i)^\W*(?:can|could|is it possible|is there (?:a|any) way|how (?:can|do|to|should|would))\b[^?\n]{0,300}\?")
+# Two different Hexagon arch versions named on one line ("built for v73, device is v75"): the binary is for another arch.
+_ARCH = re.compile(r"(?<![\w.])[vV](6[5-9]|7\d|8\d)(?![\w.])")
 _BUILT_FOR = re.compile(r"(?i)\b(?:compiled|built|generated|created|prepared|exported|targeted|made)\s+(?:\w+\s+){0,3}?for\b[^\n]{0,60}?"
                         r"\b(?:but|while|whereas|however|mismatch\w*|does not match|doesn't match|not match)\b")
 _BUILT_FOR_NOUN = re.compile(r"(?i)\b(?:soc\w*|arch\w*|chip\w*|platform|device|target|v\d\d|SM\d{4}|sdk|qairt|qnn|htp|dsp)\b")
@@ -257,18 +264,19 @@ class StructureScan:
             key = "mmap_category" if _MMAP.search(line) else "category"
             self._add(r, "fastrpc", r.category("fastrpc", key), line_no, line, "fastrpc")
         capacity = _CAPACITY_NOUN.search(line) is not None and _CAPACITY_BAD.search(line) is not None
-        if failing:
+        arches = len({m.group(1) for m in _ARCH.finditer(line)}) > 1 and (failing or _VERSION_BAD.search(line) is not None)
+        if failing and not capacity:  # "context creation failed: VTCM allocation failed": the memory is what failed
             for obj in r.objects:
-                if capacity and obj.rule in ("graph-build", "graph-run"):
-                    continue  # "graph prepare failed due to VTCM overflow": the line names the memory that does not fit
+                if arches and obj.category == "device_lib_missing_or_load_failure":
+                    continue  # "cannot load: looking for v75 libs, v73 installed": another arch, not a missing library
                 if obj.noun.search(line) and obj.verb.search(line):
                     self._add(r, f"object:{obj.rule}", obj.category, line_no, line, "objects")
-        if _UNSUPPORTED.search(line) and not r.unsupported_skip.search(line) and (
+        if _UNSUPPORTED.search(line) and not r.unsupported_skip.search(line) and not _CAN_QUESTION.match(line) and (
                 _OP_WORD.search(line) or any(w in r.op_names for w in _CAMEL.findall(line))):
             self._add(r, "unsupported", r.category("unsupported"), line_no, line, "unsupported")
         if _DENIED.search(line) and (_DSP_NOUN.search(line) or _FASTRPC.search(line)) and not _PROPERTY.search(line):
             self._add(r, "denied", r.category("denied"), line_no, line, "denied")
-        if (_VERSION_NOUN.search(line) and _VERSION_BAD.search(line)) or (
+        if arches or (_VERSION_NOUN.search(line) and _VERSION_BAD.search(line)) or (
                 _BUILT_FOR.search(line) and _BUILT_FOR_NOUN.search(line)):
             self._add(r, "version", r.category("version"), line_no, line, "version")
         if _ABSENT.search(line):
