@@ -11,15 +11,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import triage_accuracy
 from qnn_debug.triage import triage_log
+from qnn_debug.triage.models import TriageResult
 from qnn_debug.triage.signatures import CATEGORIES
-from triage_accuracy import CORPUS, HELDOUT, evaluate, top1
+from triage_accuracy import CORPUS, GOAL_HELDOUT, HELDOUT, evaluate, skill_step_top1, top1
 
 # Regression floor only, set AFTER the single measurement of the current held-out set, never above it; None while a
 # new set has not been measured yet (the test then skips, so that no run shows the held-out figure before the round's
-# changes are done). Round 7 measured 70/111 = 63.1% (70/111 before the round too): four more misses fail the test.
-# The goal (90%) is reported by triage_accuracy.py, not asserted. Earlier rounds, now in-sample: round 6 measured
-# 58/86 = 67.4%, round 5 47/72 = 65.3%, round 4 29/41 = 70.7%, round 3 10/29 = 34.5%.
-HELDOUT_FLOOR: float | None = None
+# changes are done). Round 8 measured 80/118 = 67.8% (80/118 before the round too): five more misses fail the test.
+# Earlier rounds, now in-sample: round 7 measured 70/111 = 63.1%, round 6 58/86 = 67.4%, round 5 47/72 = 65.3%,
+# round 4 29/41 = 70.7%, round 3 10/29 = 34.5%.
+HELDOUT_FLOOR: float | None = 0.64
 
 
 def test_corpus_is_real_and_large_enough() -> None:
@@ -77,9 +78,15 @@ def test_heldout_top1_stays_above_its_floor(capsys: pytest.CaptureFixture[str]) 
     if HELDOUT_FLOOR is None:
         pytest.skip("the current held-out set has not been measured yet")
     results = evaluate(HELDOUT)
+    step = skill_step_top1(results)
     with capsys.disabled():
-        print(f"\ntriage held-out top-1: {top1(results):.1%} of {len(results)}")
+        print(f"\ntriage held-out top-1: {top1(results):.1%} of {len(results)}; the skill's triage step: "
+              + (f"{step:.1%}" if step is not None else "not recorded"))
     assert top1(results) >= HELDOUT_FLOOR
+    # The skill's triage step (triage where it is sure, the recorded reading by the rule book where it is not) is
+    # scored with the engine as it is now: an engine that grows sure and wrong on these logs fails here (109/118 =
+    # 92.4% when measured; three more misses fail the goal).
+    assert step is not None and step >= GOAL_HELDOUT
 
 
 def test_top1_accuracy_and_every_answer_has_evidence_and_next_step(capsys: pytest.CaptureFixture[str]) -> None:
@@ -113,14 +120,18 @@ def test_cross_rounds_reads_only_the_in_sample_corpus(tmp_path: Path, monkeypatc
 def test_skill_step_takes_triage_when_sure_and_the_reading_when_unsure() -> None:
     """The step's answer is triage's where it was sure and the reader's where it was not; the reading alone is scored
     on every log."""
-    def case(case_id: str, expected: str, step: dict[str, object]) -> triage_accuracy.CaseResult:
-        return triage_accuracy._case_result({"id": case_id, "expected": expected, "assistant": step}, triage_log(
-            text="QnnDsp <E> graph prepare failed 1002\n"))
+    sure = triage_log(text="QnnDsp <E> graphFinalize failed with error 1002\n")
+    unsure = triage_log(text="the app stops when I load the model on the NPU\n")
+    assert not sure.low_confidence and sure.category == "finalize_failed_1002" and unsure.low_confidence
+
+    def case(case_id: str, expected: str, reading: str, r: TriageResult) -> triage_accuracy.CaseResult:
+        step = {"triage": r.category, "low_confidence": r.low_confidence, "reading": reading}
+        return triage_accuracy._case_result({"id": case_id, "expected": expected, "assistant": step}, r)
 
     results = [
-        case("a", "finalize_failed_1002", {"triage": "finalize_failed_1002", "low_confidence": False, "reading": "other"}),
-        case("b", "vtcm_or_memory", {"triage": "other", "low_confidence": True, "reading": "vtcm_or_memory"}),
-        case("c", "build_error", {"triage": "build_error", "low_confidence": True, "reading": "other"}),
+        case("a", "finalize_failed_1002", "other", sure),
+        case("b", "vtcm_or_memory", "vtcm_or_memory", unsure),
+        case("c", "build_error", "other", unsure),
     ]
     line = triage_accuracy._skill_step(results)
     assert line is not None
