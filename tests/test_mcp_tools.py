@@ -190,4 +190,5 @@ async def test_playbooks_are_resources_and_prompts_are_listed(tmp_path: Path, mo
     assert {"playbook://README", "playbook://error-codes"} <= uris and "playbook://{name}" in templates
     assert "Playbooks" in readme.contents[0].text  # type: ignore[union-attr]
     assert prompts == {"find_first_failing_op", "triage_qnn_error"}
-    assert "triage_log" in prompt.messages[0].content.text  # type: ignore[union-attr]
+    text = prompt.messages[0].content.text  # type: ignore[union-attr]
+    assert "triage_log" in text and "low_confidence" in text and "playbook://triage-labels" in text

@@ -7,6 +7,14 @@ starts ``qnn-debug-mcp --root LOG_DIR`` over stdio with the official MCP client,
 on every ``*.log`` in the folder and reads the rule book resource, and writes both to ``OUT.json`` (never inside
 ``LOG_DIR``). A reader who has not seen the labels then answers each case from that packet and the log; those answers
 are kept as each held-out case's ``assistant`` record and scored by ``tests/triage_accuracy.py``.
+
+How round 8 was read (repeat it for a new round): the logs are copied, without the manifest, into a folder per reader
+and one packet is built per folder. Each reader gets only SKILL.md, the playbooks, its packet and its logs, never the
+code, the tests or the labels. For every log it names one of the 16 categories by the rule book (order of failures
+first, then the table and the settled borderline readings, with triage's answer only as a lead), quotes the deciding
+line verbatim from the log and says whether it is sure. The record per case is ``{"triage", "low_confidence"}`` from a
+packet built with the engine that ships, and ``{"reading", "quote", "sure"}`` from the reader;
+``test_triage_corpus`` checks each quote is in its log.
 """
 
 from __future__ import annotations

@@ -35,8 +35,10 @@ def register(server: MCPServer) -> None:
     ) -> str:
         """Explain a QNN/MNN error log (codes such as 1002, 6000, 3110/0xc26) and the next step."""
         return (
-            "Triage this MNN/QNN error. Call `triage_log` with the text below, then read the playbook it "
-            "points to (`playbook://<name>`) and answer with: what failed, the evidence line, the likely "
-            "cause and the one next command or change to try.\n\n"
+            "Triage this MNN/QNN error. Call `triage_log` with the text below. If its answer has "
+            "`low_confidence`, read the whole log yourself by `playbook://triage-labels` (the order of failures "
+            "first, then its table) and name the category with the line that decides it; triage's answer is then "
+            "only a lead. Then read the playbook of that category (`playbook://<name>`) and answer with: what "
+            "failed, the evidence line, the likely cause and the one next command or change to try.\n\n"
             f"```\n{log}\n```"
         )
