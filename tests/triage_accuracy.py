@@ -262,9 +262,14 @@ class CaseResult(BaseModel):
     decided: bool = False  # the layer gave the category
     second_reader: str | None = None  # a second reader's label by the rule book (held-out rounds that have one)
     low_confidence: bool = False
-    assistant: str | None = None  # the skill's triage step as recorded through the MCP server (see ``_skill_step``)
-    assistant_read: bool = False  # the step rests on the reading: triage was unsure when recorded
-    reading: str | None = None  # the reader's own category by the rule book (every recorded case)
+    reading: str | None = None  # a blind reader's category by the rule book, recorded through the MCP server
+
+    @property
+    def step(self) -> str | None:
+        """The skill's triage step (see ``_skill_step``): the reading where triage is unsure, else triage's answer."""
+        if self.reading is None:
+            return None
+        return self.reading if self.low_confidence else self.got
 
 
 def _round_name(rnd: str) -> str:
@@ -306,14 +311,11 @@ def _round_of(log: LabelledLog) -> str:
 
 def _case_result(case: dict[str, Any], r: TriageResult) -> CaseResult:
     second = case.get("second_reader") or {}
-    assistant = case.get("assistant") or {}
-    reading = assistant.get("reading")
     return CaseResult(id=case["id"], round=case.get("round", ""), expected=case["expected"], got=r.category,
                       confidence=r.confidence, evidence=len(r.evidence), next_steps=len(r.next_steps),
                       seconds=r.stats.seconds, rules="other" if r.similar.decided else r.category,
                       similar=r.similar.category, decided=r.similar.decided, second_reader=second.get("label"),
-                      low_confidence=r.low_confidence, reading=reading, assistant_read=bool(reading and r.low_confidence),
-                      assistant=(reading if r.low_confidence else r.category) if reading else None)
+                      low_confidence=r.low_confidence, reading=(case.get("assistant") or {}).get("reading"))
 
 
 def _agreement(results: list[CaseResult]) -> str | None:
@@ -337,8 +339,8 @@ def _sure_and_unsure(results: list[CaseResult]) -> str:
 
 def skill_step_top1(results: list[CaseResult]) -> float | None:
     """Top-1 of the skill's triage step (see ``_skill_step``) on the cases that have a recorded reading."""
-    done = [r for r in results if r.assistant]
-    return sum(r.assistant == r.expected for r in done) / len(done) if done else None
+    done = [r for r in results if r.step]
+    return sum(r.step == r.expected for r in done) / len(done) if done else None
 
 
 def _skill_step(results: list[CaseResult]) -> str | None:
@@ -347,16 +349,16 @@ def _skill_step(results: list[CaseResult]) -> str | None:
     readings were recorded once per round, through the MCP server (``tests/triage_reading_packet.py``) by a reader
     blind to the labels who read every log; the step is scored with the engine as it is now (its category and its
     ``low_confidence``), so an engine that grows sure and wrong lowers it. None when the round has no record."""
-    done = [r for r in results if r.assistant]
+    done = [r for r in results if r.step]
     if not done:
         return None
-    read = [r for r in done if r.assistant_read]
-    kept = [r for r in done if not r.assistant_read]
+    read = [r for r in done if r.low_confidence]
+    kept = [r for r in done if not r.low_confidence]
     return (f"the skill's triage step (triage_log through the MCP server; where it was unsure, the assistant's reading by"
-            f" the rule book, blind to the labels): {_frac(sum(r.assistant == r.expected for r in done), len(done))}"
+            f" the rule book, blind to the labels): {_frac(sum(r.step == r.expected for r in done), len(done))}"
             f"  (goal {GOAL_HELDOUT:.0%})\n  triage unsure, so read by the rule book: {len(read)}, right "
-            f"{_frac(sum(r.assistant == r.expected for r in read), len(read))}; triage sure, its answer kept: {len(kept)},"
-            f" right {_frac(sum(r.assistant == r.expected for r in kept), len(kept))}; the reading alone on every log "
+            f"{_frac(sum(r.step == r.expected for r in read), len(read))}; triage sure, its answer kept: {len(kept)},"
+            f" right {_frac(sum(r.step == r.expected for r in kept), len(kept))}; the reading alone on every log "
             f"{_frac(sum(r.reading == r.expected for r in done), len(done))}")
 
 

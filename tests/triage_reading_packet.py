@@ -20,13 +20,14 @@ packet built with the engine that ships, and ``{"reading", "quote", "sure"}`` fr
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
-from mcp import Client, StdioServerParameters
+from mcp import Client
+
+from test_mcp_support import stdio_params
 
 RULE_BOOK = "playbook://triage-labels"
 KEPT = ("category", "title", "confidence", "basis", "low_confidence", "low_confidence_reason", "playbook_uri")
@@ -41,11 +42,8 @@ def _answer(structured: dict[str, Any]) -> dict[str, Any]:
 
 
 async def build_packet(log_dir: Path) -> dict[str, Any]:
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", str(log_dir))}
-    params = StdioServerParameters(command=sys.executable, args=["-m", "qnn_debug_mcp", "--root", str(log_dir)],
-                                   env=env, cwd=str(log_dir))
     cases: list[dict[str, Any]] = []
-    async with Client(params) as client:
+    async with Client(stdio_params(log_dir)) as client:
         book = await client.read_resource(RULE_BOOK)
         for log in sorted(log_dir.glob("*.log")):
             result = await client.call_tool("triage_log", {"log_path": str(log)})
