@@ -31,6 +31,7 @@ from .cases import CASE_BOOST, CaseMatcher, KnownCase, read_cases
 from .commands import STEP_MARKERS, CommandLine, command_facts, ended_cleanly, find_commands
 from .models import Basis, Evidence, Hypothesis, NextStep, NoiseHit, TriageResult, TriageStats
 from .outside import OutsideScan
+from .prose import reads_as_prose
 from .signatures import Signature, SignatureDB, load_signatures
 from .similar import POLICY as SIMILAR_POLICY
 from .similar import SimilarFeed, SimilarIndex, SimilarOpinion, lean_reason, shown
@@ -447,14 +448,17 @@ def _collect_votes(scan: _Scan) -> _Collected:
     evidence: list[Evidence] = []
     groups: list[tuple[Signature, dict[str, str]]] = []
     votes: list[_Vote] = []
+    as_words: set[str] = set()  # signatures read as the reporter's words on this log
     for sid, state in scan.sig.items():
         sig = by_id[sid]
         if sig.requires_any and not (set(sig.requires_any) & scan.context_seen):
             continue
         lines = [e[0] for e in state.evidence]
         category = sig.category_for(state.evidence[0][2])
+        if sig.basis == "words" or (sig.prose_is_words and all(reads_as_prose(text) for _n, text, _g in state.evidence)):
+            as_words.add(sid)
         votes.append(_Vote(category, sig.weight, min(lines), max(lines), f"{sig.why} ({state.count}x; source: {sig.source})",
-                           "words" if sig.basis == "words" else "signature",
+                           "words" if sid in as_words else "signature",
                            all(_survived(text) for _n, text, _g in state.evidence), crash=sig.crash))
         for line_no, line, g in state.evidence:
             evidence.append(Evidence(line=line_no, text=line, signature=sig.id, category=sig.category_for(g)))
@@ -468,6 +472,7 @@ def _collect_votes(scan: _Scan) -> _Collected:
     for cat, weight, at_line, reason in _frame_scores(scan.frames):
         votes.append(_Vote(cat, weight, at_line, at_line, reason, "frame", False))
     # The reporter's words do not stop structure from reading the same line (only a known wording does).
+    # A crash term in the reporter's sentence (read as words above) is not read again as a crash line either.
     worded_lines = {e.line for e in evidence if by_id[e.signature].basis != "words"}
     struct_hits = [h for h in scan.structure.results() if h.line not in worded_lines]
     for h in struct_hits:

@@ -53,6 +53,9 @@ class Signature(BaseModel):
     needs_non_ascii: bool = False
     basis: Literal["signature", "words"] = Field(default="signature", description=(
         "'words' for a family of the reporter's own prose (\"it crashes\", \"乱码\"): a hint, reported as such"))
+    prose_is_words: bool = Field(default=False, description=(
+        "a hit whose every line is the reporter's sentence (\"compilefornpu 时发生段错误\", \"it segfaults for me\") "
+        "rather than a line a program printed is read as their words, not as this signature"))
     head_only: bool = Field(default=False, description=(
         "searched only in the log's first 256 KiB (where a report's prose and a pasted answer are): for the reporter's "
         "words, whose patterns are too costly to run over a 100 MB device log, and for shapes no literal can anchor "
