@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..llm.check_models import STEPS
 from .builder import op_command
 
 
@@ -17,10 +18,18 @@ def human(r: Any, request: Any) -> None:
               f"weight_bits={s.weight_bits} calibration={s.calibration} act_bits={s.activation_bits} "
               f"act_sym={s.activation_symmetric} encodings={s.quantized_tensors} "
               f"mask(config/model)={s.attention_mask_config}/{s.attention_mask_model}\n")
+    if s.transformer_c4_evidence:
+        out.write(f"c4={s.transformer_c4}: {s.transformer_c4_evidence}\n")
+    for seg in r.segments:
+        out.write(f"segment {seg.index} ({'NPU' if seg.npu else 'CPU'}): ops {seg.first_op_index}..{seg.last_op_index} "
+                  f"({seg.ops}) {seg.first_op!r} .. {seg.last_op!r}\n")
     if not r.findings:
         out.write("no findings\n")
+    else:
+        out.write(f"\n{r.order}\n")
     for f in r.findings:
-        out.write(f"\n[{f.severity}] {f.id}: {f.title}\n")
+        where = f"breaks {STEPS[f.step]}" if f.step is not None else "breaks no step"
+        out.write(f"\n[{f.severity}] {f.id} ({where}): {f.title}\n")
         for e in f.evidence:
             out.write(f"  - {e}\n")
         if f.consequence:

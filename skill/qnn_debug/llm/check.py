@@ -16,10 +16,10 @@ from ..mnn.model_reader import MnnModel, read_mnn_model
 from ..mnn.optypes import qnn_mappings
 from ..next_step import command_line
 from . import sources as S
-from .check_models import ExportSettings, Finding, LlmCheckRequest, LlmCheckResult, SegmentSummary
+from .check_models import STEPS, ExportSettings, Finding, LlmCheckRequest, LlmCheckResult, SegmentSummary
 from .export_reader import ExportFolder, QnnOutputs, read_export, read_qnn_outputs
 from .mnn_extras import MnnExtras, TensorEncoding, read_mnn_extras
-from .segments import NOT_EXECUTED, Partition, integer_tensors, partition
+from .segments import NOT_EXECUTED, Partition, dead_ops, integer_tensors, partition
 
 C4_FUSED = {305: "LinearAttention", 306: "RoPE", 307: "FusedLinear", 308: "GatedRMSNorm"}
 
@@ -46,10 +46,14 @@ def _settings(folder: ExportFolder, model: MnnModel, extras: MnnExtras, kv: tupl
     inferred_bits = 16 if any(e.dtype == "int16" for e in enc) else 8 if enc else None
     mask_in = next((i.dtype for i in model.inputs if i.name == "attention_mask"), None)
     calib = "smooth" if args.get("smooth") else "omni" if args.get("omni") else None
+    fused = sorted({C4_FUSED[op.type_id] for op in model.ops if op.type_id in C4_FUSED})
+    c4 = True if fused else args.get("transformer_c4")
+    c4_why = (f"llm.mnn holds C4-fused op(s): {', '.join(fused)}" if fused
+              else "export_args.json" if "transformer_c4" in args else None)
     return ExportSettings(
         source="export_args.json" if folder.export_args else "inferred from llm.mnn (no export_args.json)",
         model_type=llm.get("model_type"), hidden_size=llm.get("hidden_size"), layers=llm.get("layer_nums"),
-        generate_for_npu=args.get("generate_for_npu"), transformer_c4=args.get("transformer_c4"),
+        generate_for_npu=args.get("generate_for_npu"), transformer_c4=c4, transformer_c4_evidence=c4_why,
         weight_bits=args.get("quant_bit"), weight_symmetric=args.get("sym"),
         calibration=calib if folder.export_args else ("smooth or omni (activation encodings present)" if enc else None),
         activation_bits=(args.get("act_bit") if calib else None) if folder.export_args else inferred_bits,
@@ -71,12 +75,12 @@ def _rerun_hint(folder: ExportFolder) -> str:
 
 def _unregistered(model: MnnModel, extras: MnnExtras, part: Partition, folder: ExportFolder) -> list[Finding]:
     registered = _registered()
-    folded = set(part.folded)
+    skipped = set(part.folded) | dead_ops(model)  # constant at resize time, or output unused (dropped before QNN)
     hits: list[tuple[int, str]] = []
     for seg in part.npu_segments:
         for p in seg.ops:
             op = model.ops[p]
-            if p in folded or op.type_name in NOT_EXECUTED or op.type_name in registered:
+            if p in skipped or op.type_name in NOT_EXECUTED or op.type_name in registered:
                 continue
             label = op.type_name
             x = extras.ops.get(p)
@@ -95,7 +99,7 @@ def _unregistered(model: MnnModel, extras: MnnExtras, part: Partition, folder: E
               "keep the op off the NPU: export without it, or list it in compilefornpu's \"skips\" (its outputs "
               "become segment inputs; generate_llm_qnn.py writes \"skips\": [] into qnn.json)") + kv_note
     return [Finding(
-        id="unregistered_op_in_npu_segment", severity="error",
+        id="unregistered_op_in_npu_segment", step=2, severity="error",
         title=f"{len(hits)} op(s) without a QNN implementation inside NPU segments" + (f" (C4-fused: {', '.join(c4)})" if c4 else ""),
         evidence=[e for _, e in hits[:20]] + ([f"… {len(hits) - 20} more"] if len(hits) > 20 else []),
         consequence=("compilefornpu prints 'MNN_QNN: Not registered type N' and runs the op on CPU, but no copy is "
@@ -121,7 +125,7 @@ def _int_quant(model: MnnModel, extras: MnnExtras, folder: ExportFolder) -> list
     ev = [f"{model.tensor_name(i)!r} ({why}) has a {e.dtype} encoding scale={e.scale:g} zero={e.zero:g}; read by "
           f"{', '.join(consumers.get(i, ['nothing'])[:2])}" for i, why, e in hits[:20]]
     return [Finding(
-        id="quant_on_integer_tensor", severity="error",
+        id="quant_on_integer_tensor", step=3, severity="error",
         title=f"activation quantization on {len(hits)} integer tensor(s) (position ids / Gather indices / shapes)",
         evidence=ev,
         consequence=("the QNN backend turns any tensor with a quant attribute into a quantized type whatever its dtype "
@@ -153,7 +157,7 @@ def _mul_encoding(model: MnnModel, extras: MnnExtras, folder: ExportFolder) -> l
                 break
     if ev:
         out.append(Finding(
-            id="mul_output_shares_operand_encoding", severity="error",
+            id="mul_output_shares_operand_encoding", step=4, severity="error",
             title=f"{len(ev)} Mul output(s) quantized with an operand's encoding",
             evidence=ev[:20],
             consequence=("a product spans roughly the product of its operands' ranges; with one operand's scale the "
@@ -170,7 +174,7 @@ def _mul_encoding(model: MnnModel, extras: MnnExtras, folder: ExportFolder) -> l
 def _settings_findings(st: ExportSettings, folder: ExportFolder, model: MnnModel, extras: MnnExtras) -> list[Finding]:
     out: list[Finding] = []
     if st.generate_for_npu is False:
-        out.append(Finding(id="export_not_for_npu", severity="warning",
+        out.append(Finding(id="export_not_for_npu", step=2, severity="warning",
                            title="export_args.json says the folder was exported without --generate_for_npu",
                            evidence=["export_args.json: generate_for_npu = false"],
                            consequence=("C4 fusion stays on (RoPE/FusedLinear/GatedRMSNorm ops QNN lacks) and smooth quant "
@@ -178,7 +182,7 @@ def _settings_findings(st: ExportSettings, folder: ExportFolder, model: MnnModel
                            remedy=_rerun_hint(folder), sources=[S.C4_OFF_FOR_NPU.cite(), S.LAYER_SCOPE.cite()]))
     sym16 = [e for e in extras.encodings.values() if e.dtype == "int16" and e.zero == 0]
     if sym16 and len(sym16) == len(extras.encodings):
-        out.append(Finding(id="symmetric_int16_activations", severity="warning",
+        out.append(Finding(id="symmetric_int16_activations", step=4, severity="warning",
                            title=f"all {len(sym16)} 16-bit activation encodings are symmetric (zero = 0)",
                            evidence=[f"export_args act_sym = {folder.export_args.get('act_sym')}" if folder.export_args
                                      else "every quantInfo has zero = 0"],
@@ -193,7 +197,7 @@ def _settings_findings(st: ExportSettings, folder: ExportFolder, model: MnnModel
         model_kind = "float" if model_mask.startswith("float") else "int"
         if used != model_kind:
             out.append(Finding(
-                id="attention_mask_dtype", severity="error",
+                id="attention_mask_dtype", step=1, severity="error",
                 title=f"generate_llm_qnn.py would feed a {used} attention_mask to a model whose input is {model_mask}",
                 evidence=[f"llm_config.json attention_mask = {cfg_mask!r}" if cfg_mask else "llm_config.json has no attention_mask (default 'int')",
                           f"llm.mnn input attention_mask dtype = {model_mask}"],
@@ -206,7 +210,7 @@ def _settings_findings(st: ExportSettings, folder: ExportFolder, model: MnnModel
         max_all = int(cfg.get("max_all_tokens", 2048)) if str(cfg.get("max_all_tokens", 2048)).isdigit() else 2048
         short = max_all > st.kv_limit
         out.append(Finding(
-            id="kv_limit", severity="warning" if has_lin or short else "info",
+            id="kv_limit", step=2 if has_lin else 4, severity="warning" if has_lin or short else "info",
             title=f"KVCACHE_SIZE_LIMIT = {st.kv_limit} ({st.kv_limit_source}): KV Attention runs inside the QNN graph",
             evidence=[f"{sum(op.type_name == 'Attention' for op in model.ops)} Attention op(s)"]
             + (["LinearAttention present (no QNN creator)"] if has_lin else [])
@@ -235,7 +239,7 @@ def _family_findings(st: ExportSettings, folder: ExportFolder) -> list[Finding]:
     if not problems or not mt:
         return []
     return [Finding(
-        id="family_from_folder_name", severity="error",
+        id="family_from_folder_name", step=1, severity="error",
         title="generate_llm_qnn.py would guess the wrong model family from this folder's path",
         evidence=[*problems, f"path: {path}"],
         consequence=("the IO config gets the wrong position_ids / attention_mask shapes (3-row M-RoPE ids, deepstack "
@@ -249,7 +253,7 @@ def _qnn_findings(q: QnnOutputs, st: ExportSettings, part: Partition) -> list[Fi
     out: list[Finding] = []
     bad = [t for t in q.testdirs if not (t.has_input and t.has_output) or t.problem]
     if bad:
-        out.append(Finding(id="testdir_incomplete", severity="error",
+        out.append(Finding(id="testdir_incomplete", step=2, severity="error",
                            title=f"{len(bad)} generateIO test dir(s) lack input.mnn/output.mnn",
                            evidence=[f"testdir/{t.name}: input.mnn {'ok' if t.has_input else 'missing'}, output.mnn "
                                      f"{'ok' if t.has_output else 'missing'}" + (f" ({t.problem})" if t.problem else "") for t in bad],
@@ -259,7 +263,7 @@ def _qnn_findings(q: QnnOutputs, st: ExportSettings, part: Partition) -> list[Fi
     for t in q.testdirs:
         shape = t.inputs.get("input_ids")
         if shape and st.hidden_size and shape[-1] != st.hidden_size:
-            out.append(Finding(id="testdir_hidden_mismatch", severity="error",
+            out.append(Finding(id="testdir_hidden_mismatch", step=2, severity="error",
                                title=f"testdir/{t.name} input_ids width {shape[-1]} ≠ hidden_size {st.hidden_size}",
                                evidence=[f"testdir/{t.name}/input.mnn input_ids {shape}"],
                                consequence="the QNN graphs are compiled for another model's shapes",
@@ -267,7 +271,7 @@ def _qnn_findings(q: QnnOutputs, st: ExportSettings, part: Partition) -> list[Fi
                                sources=[S.CHUNK_CONFIGS.cite()]))
         mask = t.input_dtypes.get("attention_mask")
         if mask and st.attention_mask_model and (mask.startswith("float") != st.attention_mask_model.startswith("float")):
-            out.append(Finding(id="testdir_mask_dtype", severity="error",
+            out.append(Finding(id="testdir_mask_dtype", step=2, severity="error",
                                title=f"testdir/{t.name} attention_mask is {mask}, the model expects {st.attention_mask_model}",
                                evidence=[f"testdir/{t.name}/input.mnn attention_mask dtype {mask}"],
                                consequence="the mask baked into or fed to the QNN graphs has the wrong type",
@@ -276,7 +280,7 @@ def _qnn_findings(q: QnnOutputs, st: ExportSettings, part: Partition) -> list[Fi
     merges = list(((q.postreat or {}).get("merge") or {}).keys())
     missing = [m for m in merges if Path(m).name not in q.bins]
     if merges and missing and q.bins:
-        out.append(Finding(id="context_binaries_missing", severity="error",
+        out.append(Finding(id="context_binaries_missing", step=3, severity="error",
                            title=f"{len(missing)} of {len(merges)} QNN context binaries were not produced",
                            evidence=[f"npu_postreat.json expects {Path(m).name}" for m in missing[:10]],
                            consequence="Step3 (npu_convert.py / qnn-context-binary-generator) failed for these graphs — look for 3110/0xc26",
@@ -315,7 +319,7 @@ def _config_qnn_findings(folder: ExportFolder) -> list[Finding]:
         ev.append(f"chunk_limits = {limits} (generate_llm_qnn.py writes [chunk_size, 1])")
     if not ev:
         return []
-    return [Finding(id="config_qnn_inconsistent", severity="error",
+    return [Finding(id="config_qnn_inconsistent", step=4, severity="error",
                     title="config_qnn.json points at files or shapes the folder does not have",
                     evidence=ev, consequence="llm_demo config_qnn.json fails to load or runs graphs of other shapes",
                     remedy="re-run generate_llm_qnn.py Step 4 (it moves qnn/ into the model folder and writes config_qnn.json)",
@@ -333,17 +337,19 @@ def check_llm_export(request: LlmCheckRequest) -> LlmCheckResult:
     st = _settings(folder, model, extras, kv)
     findings = (_unregistered(model, extras, part, folder) + _int_quant(model, extras, folder)
                 + _mul_encoding(model, extras, folder) + _settings_findings(st, folder, model, extras))
-    if not folder.weight_present:
-        findings.append(Finding(id="weight_file_missing", severity="error", title="llm.mnn.weight is missing",
-                                evidence=[f"files: {', '.join(folder.files[:12])}"],
+    if not folder.weight_present and extras.external_refs:
+        findings.append(Finding(id="weight_file_missing", step=1, severity="error", title="llm.mnn.weight is missing",
+                                evidence=[f"{extras.external_refs} op(s) of llm.mnn keep their weights in the external "
+                                          "weight file", f"files: {', '.join(folder.files[:12])}"],
                                 consequence="the LLM runtime refuses to load ('LLM weight file not found') and generateIO has no weights",
                                 remedy="copy the export's llm.mnn.weight next to llm.mnn (re-export if lost)"))
     if qnn is not None:
         findings += _qnn_findings(qnn, st, part)
     findings += _config_qnn_findings(folder)
     order = {"error": 0, "warning": 1, "info": 2}
-    findings.sort(key=lambda f: order[f.severity])
+    findings.sort(key=lambda f: (f.step if f.step is not None else len(STEPS) + 1, order[f.severity]))
     segs = [SegmentSummary(index=s.index, npu=s.npu, ops=len(s.ops), first_op=model.ops[s.ops[0]].name,
-                           last_op=model.ops[s.ops[-1]].name) for s in part.segments if s.ops]
+                           last_op=model.ops[s.ops[-1]].name, first_op_index=s.ops[0], last_op_index=s.ops[-1])
+            for s in part.segments if s.ops]
     return LlmCheckResult(export_dir=folder.dir, model=folder.model_path, ops=len(model.ops), settings=st,
                           segments=segs, findings=findings, qnn_outputs=qnn)

@@ -18,9 +18,24 @@ class LlmCheckRequest(BaseModel):
     max_history_token: int | None = Field(default=None, ge=0, description="the --max_history_token of generate_llm_qnn.py")
 
 
+# The step of MNN's QNN LLM path at which a fault shows first (generate_llm_qnn.py's own step numbers, then the
+# phone): a fault of an earlier step hides every later one, so findings are listed and fixed in this order.
+STEPS = {
+    1: "Step 1 generateIO (test inputs/outputs)",
+    2: "Step 2 compilefornpu (NPU segments built on the QNN backend)",
+    3: "Step 3 qnn-context-binary-generator (context binaries)",
+    4: "on the phone (llm_demo with config_qnn.json)",
+}
+ORDER_NOTE = ("findings are ordered by the step each one breaks first (" + "; ".join(STEPS.values())
+              + "), then by severity: fix them in this order, since a run stops at the first step that fails")
+
+
 class Finding(BaseModel):
     id: str
     severity: Severity
+    step: int | None = Field(default=None, description=(
+        "the step this fault breaks first: 1 generateIO, 2 compilefornpu, 3 context-binary generation, 4 on the "
+        "phone; None for notes that break no step"))
     title: str
     evidence: list[str] = Field(default_factory=list)
     consequence: str = ""
@@ -37,7 +52,9 @@ class ExportSettings(BaseModel):
     hidden_size: int | None = None
     layers: int | None = None
     generate_for_npu: bool | None = None
-    transformer_c4: bool | None = None
+    transformer_c4: bool | None = Field(default=None, description=(
+        "True when export_args.json says so or llm.mnn holds a C4-fused op (the ops prove it was on)"))
+    transformer_c4_evidence: str | None = None
     weight_bits: int | None = None
     weight_symmetric: bool | None = None
     calibration: str | None = None  # smooth / omni / None
@@ -56,6 +73,8 @@ class SegmentSummary(BaseModel):
     ops: int
     first_op: str
     last_op: str
+    first_op_index: int = Field(description="position of first_op in llm.mnn's op list (as in the findings' 'op N')")
+    last_op_index: int
 
 
 class LlmCheckResult(BaseModel):
@@ -65,6 +84,7 @@ class LlmCheckResult(BaseModel):
     settings: ExportSettings
     segments: list[SegmentSummary]
     findings: list[Finding]
+    order: str = ORDER_NOTE
     qnn_outputs: QnnOutputs | None = None
     mnn_commit: str = S.MNN_COMMIT
 

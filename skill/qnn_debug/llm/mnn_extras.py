@@ -16,6 +16,7 @@ from pathlib import Path
 from flatbuffers import number_types as nt
 from pydantic import BaseModel, Field
 
+from .. import fs
 from ..errors import BadInputError
 from ..mnn.model_reader import _DATA_TYPES, _Reader
 
@@ -31,12 +32,16 @@ _TD_QUANT = 4
 _Q_SCALE, _Q_ZERO, _Q_MIN, _Q_MAX, _Q_TYPE = 0, 1, 2, 3, 4
 # OpParameter union members
 _PARAM_BINARY = 6
+_PARAM_BLOB = 7
 _PARAM_CAST = 8
+_PARAM_CONV = 9
 _PARAM_ELTWISE = 14
 _PARAM_EXTRA = 78
 _PARAM_ATTENTION = 98
 BINARY_OPS = {0: "ADD", 1: "SUB", 2: "MUL", 3: "DIV", 6: "POW", 7: "REALDIV", 8: "MINIMUM", 9: "MAXIMUM"}
 ELTWISE_OPS = {0: "PROD", 1: "SUM", 2: "MAXIMUM", 3: "SUB"}
+# The ``external`` [offset, size] field (weights kept in ``<model>.weight``): Convolution2D slot 6, Blob slot 9.
+_EXTERNAL_SLOT = {_PARAM_CONV: 6, _PARAM_BLOB: 9}
 
 
 class TensorEncoding(BaseModel):
@@ -64,6 +69,8 @@ class OpExtras(BaseModel):
 class MnnExtras(BaseModel):
     encodings: dict[int, TensorEncoding] = Field(default_factory=dict)
     ops: dict[int, OpExtras] = Field(default_factory=dict)  # by op position
+    external_refs: int = Field(default=0, description=(
+        "ops whose weights or constants live in the external weight file (``external`` set); 0 = all inline"))
 
 
 def _f32(r: _Reader, tab: object, slot: int, default: float) -> float:
@@ -83,7 +90,7 @@ def read_mnn_extras(path: str | Path) -> MnnExtras:
     if not p.is_file() or p.stat().st_size < 8:
         raise BadInputError(f"{p} is not an MNN model", hint="pass the llm.mnn written by llmexport")
     try:
-        with open(p, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        with fs.open_read(p, what="MNN model") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             r = _Reader(buf)
             net = r.root()
             out = MnnExtras()
@@ -101,6 +108,8 @@ def read_mnn_extras(path: str | Path) -> MnnExtras:
                 param = r.table(op, _OP_MAIN) if ptype else None
                 if param is None:
                     continue
+                if ptype in _EXTERNAL_SLOT and r._field(param, _EXTERNAL_SLOT[ptype]):
+                    out.external_refs += 1
                 if ptype == _PARAM_BINARY:
                     code = r.scalar(param, 0, nt.Int32Flags, 0)
                     out.ops[pos] = OpExtras(arith=BINARY_OPS.get(code, f"BINARY_{code}"))

@@ -119,6 +119,21 @@ def partition(model: MnnModel, extras: MnnExtras, kv_limit: int) -> Partition:
                      folded=sorted(folded))
 
 
+def dead_ops(model: MnnModel) -> set[int]:
+    """Positions of ops none of whose outputs reaches a model output: MNN's module loader keeps only the ops the
+    outputs need, so these never reach the QNN backend (an unused C4 RoPE cannot crash compilefornpu)."""
+    live = {i for i in (model.tensor_index(n) for n in model.output_names) if i is not None}
+    dead: set[int] = set()
+    if not live:
+        return dead  # outputs unknown: nothing can be called dead
+    for op in reversed(model.ops):
+        if op.outputs and not any(o in live for o in op.outputs):
+            dead.add(op.position)
+            continue
+        live.update(i for i in op.inputs if i >= 0)
+    return dead
+
+
 def integer_tensors(model: MnnModel, extras: MnnExtras) -> dict[int, str]:
     """Tensor index → why it holds integers (int model input, Gather index, shape value, or derived)."""
     why: dict[int, str] = {}
