@@ -173,3 +173,27 @@ async def test_sessionless_clients_are_kept_apart_by_their_token(http_server: tu
                 done = ok(await alice_again.call_tool("job_result", {"job_id": job_id, "wait_s": 100}))
         assert done["state"] == "succeeded"
         assert ok(await bob.call_tool("lookup_op_constraints", {"op": "Relu"}))["query"] == "Relu"
+
+
+async def test_text_that_is_not_unicode_gets_an_error_under_its_id(http_server: tuple[str, Path, Path]) -> None:
+    """Raw bytes that are not UTF-8 and escaped lone surrogates: an error naming the request's id, then more service."""
+    import httpx2
+
+    from test_hostile_mcp import NOT_UNICODE
+
+    url, _root, _outside = http_server
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
+               "Accept": "application/json, text/event-stream"}
+    init = httpx2.post(url, headers=headers, timeout=20, content=json.dumps({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}}}))
+    assert init.status_code == 200, init.text
+    headers |= {"mcp-session-id": init.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+    for i, (template, code) in enumerate(NOT_UNICODE, start=300):
+        r = httpx2.post(url, headers=headers, content=template % i, timeout=20)
+        reply = json.loads(r.text)
+        assert r.status_code == 400 and reply["id"] == i and reply["error"]["code"] == code, r.text
+        assert "UTF-8" in reply["error"]["message"]
+    async with session(url) as client:
+        with anyio.fail_after(60):
+            ok(await client.call_tool("lookup_op_constraints", {"op": "Conv"}))

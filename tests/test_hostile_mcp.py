@@ -334,6 +334,45 @@ async def test_stdout_hygiene_malformed_json_rpc_gets_an_error_reply(tmp_path: P
     assert any(m.get("error", {}).get("code") == -32700 for m in lines)
 
 
+# Text JSON cannot carry: raw bytes that are not UTF-8, and \udcff-style escapes of a lone surrogate (in a log's
+# text, in a path); each must get its error under its own id, and the server must go on answering.
+NOT_UNICODE = [
+    (b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"triage_log","arguments":'
+     b'{"log_text":"step2 \xff\xfe crashed"}}}', -32700),
+    (b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"triage_log","arguments":'
+     b'{"log_text":"step2 \\udcff crashed"}}}', -32602),
+    (b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"triage_log","arguments":'
+     b'{"log_path":"logs/\\udcffrun.log"}}}', -32602),
+    (b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"triage_log","arguments":'
+     b'{"log_path":"logs/\xc3run.log"}}}', -32700),
+    (b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"lookup_op_constraints","arguments":'
+     b'{"op":"\\ud800"}}}', -32602),
+]
+
+
+def test_text_that_is_not_unicode_gets_an_error_under_its_id(tmp_path: Path) -> None:
+    from test_mcp_stdio import LEGACY, RawStdio
+
+    a = Arena(tmp_path)
+    params = stdio_params(a.root)
+    peer = RawStdio([params.command, *params.args], params.env or {}, a.root)
+    try:
+        peer.request("initialize", {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})
+        peer.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for i, (template, code) in enumerate(NOT_UNICODE, start=300):
+            peer.proc.stdin.write(template % i + b"\n")  # type: ignore[union-attr]
+            peer.proc.stdin.flush()  # type: ignore[union-attr]
+            reply = _wait_for(peer, i, timeout=20)  # bounded: no reply fails here instead of hanging
+            assert reply["error"]["code"] == code and "UTF-8" in reply["error"]["message"], reply
+        peer._next_id = 399
+        answer = peer.request("tools/call", {"name": "lookup_op_constraints", "arguments": {"op": "Conv"}}, timeout=60)
+        assert answer["result"]["isError"] is False
+    finally:
+        raw = peer.close()
+    [json.loads(x) for x in raw.decode().splitlines() if x.strip()]  # every stdout line is JSON
+    a.untouched()
+
+
 def _wait_for(peer: Any, msg_id: int, timeout: float = 30) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

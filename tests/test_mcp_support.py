@@ -62,6 +62,8 @@ def stdio_params(root: Path, *extra: str, unbuffered: bool = True) -> StdioServe
     env = {"PATH": os.environ.get("PATH", ""), "HOME": os.environ.get("HOME", str(root))}
     if unbuffered:
         env["PYTHONUNBUFFERED"] = "1"
+    if os.environ.get("PYTHONPATH"):  # a checkout run from source (not installed) serves its own code
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     return StdioServerParameters(command=sys.executable, args=["-m", "qnn_debug_mcp", "--root", str(root), *extra],
                                  env=env, cwd=str(root))
 

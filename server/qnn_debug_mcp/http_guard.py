@@ -20,8 +20,10 @@ import secrets
 from collections.abc import Iterable, Mapping
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .stdio_guard import MAX_LINE_BYTES, check_line
 
 TOKEN_ENV = "QNN_DEBUG_MCP_TOKEN"
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
@@ -75,6 +77,13 @@ class HttpGuard:
             response = JSONResponse({"error": message}, status_code=status, headers=extra)
             await response(scope, receive, send)
             return
+        if scope.get("method") == "POST":
+            body = await _read_body(receive, MAX_LINE_BYTES + 1)
+            reply = check_line(body)
+            if reply:  # a message the SDK would refuse with id null (or not at all): our error names its id
+                await Response(reply, status_code=400, media_type="application/json")(scope, receive, send)
+                return
+            receive = _replay(body, receive)
         await self.app(scope, receive, send)
 
     def _check(self, headers: Headers) -> tuple[int, str, dict[str, str]] | None:
@@ -88,3 +97,34 @@ class HttpGuard:
             return 401, "missing or wrong bearer token (see the server's stderr or --token)", {
                 "WWW-Authenticate": 'Bearer realm="qnn-debug-mcp"'}
         return None
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    """The whole request body (at most ``limit`` bytes are kept; check_line refuses a longer one)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        if size < limit:
+            chunks.append(chunk[: limit - size])
+        size += len(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives the app the body already read, then whatever the client sends next."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

@@ -74,6 +74,31 @@ def top_level_id(line: bytes) -> Any:
     return None
 
 
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+NOT_UTF8_HINT = ("send the message as UTF-8; for a log with undecodable bytes, save it to a file in the workspace "
+                 "and pass its path (log_path) instead of its text")
+
+
+def lone_surrogate(value: Any) -> str | None:
+    """The first lone UTF-16 surrogate in any key or string of parsed JSON (``"\\udcff"`` escapes decode to one; a
+    valid pair decodes to one character), else None. Such a string cannot be encoded as UTF-8, so no reply that
+    echoes it could be sent: the request is refused instead."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            m = _SURROGATE.search(item)
+            if m:
+                return f"U+{ord(m.group()):04X}"
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
 def _error(msg_id: Any, code: int, message: str) -> bytes:
     reply = {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
     return (json.dumps(reply) + "\n").encode()
@@ -86,6 +111,11 @@ def check_line(line: bytes) -> bytes | None:
     if len(line) > MAX_LINE_BYTES:
         return _error(None, INVALID_REQUEST, f"Invalid Request: message over {MAX_LINE_BYTES} bytes")
     try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return _error(top_level_id(line), PARSE_ERROR, f"Parse error: the message is not valid UTF-8 (byte "
+                      f"0x{line[e.start]:02x} at offset {e.start}): {NOT_UTF8_HINT}")
+    try:
         msg = json.loads(line)
     except RecursionError:
         return _error(top_level_id(line), INVALID_REQUEST, f"Invalid Request: nested deeper than {MAX_DEPTH} levels")
@@ -97,6 +127,11 @@ def check_line(line: bytes) -> bytes | None:
     if not (msg_id is None or isinstance(msg_id, str | int)) or isinstance(msg_id, bool):
         return _error(None, INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
     is_request = "method" in msg and "id" in msg
+    if _SURROGATE_ESCAPE.search(line):
+        bad = lone_surrogate(msg)
+        if bad is not None:
+            return _error(msg_id, INVALID_PARAMS, f"Invalid params: a string holds a lone surrogate ({bad}), which "
+                          f"is not valid Unicode: {NOT_UTF8_HINT}") if is_request else b""
     if _depth(msg, MAX_DEPTH) > MAX_DEPTH:
         return _error(msg_id, INVALID_REQUEST, f"Invalid Request: nested deeper than {MAX_DEPTH} levels") \
             if is_request else b""
