@@ -400,3 +400,48 @@ def test_cancelled_engine_leaves_no_temp_folder(tmp_path: Path) -> None:
     os.killpg(proc.pid, signal.SIGTERM)
     proc.communicate(timeout=60)
     assert not list(scratch.glob("qnn-debug-*")), list(scratch.iterdir())
+
+
+def _spoiled_runs(a: Arena, reference: Path) -> dict[str, Path]:
+    """Copies of a run whose first tensor file is a FIFO, a directory, or an .npy of strings of the right shape."""
+    first = sorted((reference / "tensors").iterdir())[0]
+    out = {}
+    for label in ("fifo", "directory", "strings"):
+        run = a.root / "spoiled" / label
+        shutil.copytree(reference, run)
+        victim = run / "tensors" / first.name
+        shape = np.load(victim).shape
+        victim.unlink()
+        if label == "fifo":
+            hostile.fifo(victim)
+        elif label == "directory":
+            victim.mkdir()
+        else:
+            np.save(victim, np.full(shape, "ab"))
+        out[label] = run
+    return out
+
+
+SPOILED = {"fifo": "not a regular file", "directory": "is a directory", "strings": "holds <U2 values \\(strings\\)"}
+
+
+async def test_spoiled_tensor_files_are_refused_at_open_and_jobs_end(tmp_path: Path) -> None:
+    a = Arena(tmp_path)
+    async with server(a) as client:
+        base = ok(await client.call_tool("baseline", {"model": "cnn.onnx", "mnn_gate": False, "background": False}))
+        baseline = Path(base["result"]["out"])
+        runs = _spoiled_runs(a, baseline / "reference")
+        for label, run in runs.items():
+            for args in ({"reference": str(baseline), "target": str(run)},  # the target's tensor
+                         {"reference": str(run), "target": str(baseline / "reference")}):  # the reference's
+                text = await typed_error(client, "compare", {**args, "background": False}, SPOILED[label])
+                assert "tensor file" in text and "re-run the capture" in text, text
+            # a background job ends (failed, with the same typed error) instead of hanging; cancel answers at once
+            started = ok(await client.call_tool("compare", {"reference": str(baseline), "target": str(run),
+                                                            "background": True}))
+            with anyio.fail_after(CALL_BOUND_S):
+                cancel = ok(await client.call_tool("job_cancel", {"job_id": started["job_id"]}))
+                outcome = ok(await client.call_tool("job_result", {"job_id": started["job_id"], "wait_s": 30}))
+            assert cancel["state"] in ("cancelled", "failed") and outcome["state"] in ("cancelled", "failed"), outcome
+        await still_serving(client)
+    a.untouched()

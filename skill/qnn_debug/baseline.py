@@ -136,6 +136,10 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
         report = BaselineReport.model_validate(fs.read_json(file, what="baseline report"))
     except ValidationError as e:
         raise BadInputError(f"{file} is unreadable: {e.errors()[0]['msg']}", hint="re-run `qnn-debug baseline`") from None
+    if "reference" not in report.runs:
+        raise BadInputError(f"{file} names no reference run (its runs: {', '.join(sorted(report.runs)) or 'none'})",
+                            hint="the baseline was edited or did not finish: re-run `qnn-debug baseline MODEL --out DIR` "
+                                 "into a new DIR")
     runs = {role: load_run(_run_subdir(p, role, sub)) for role, sub in report.runs.items()}
     return Baseline(dir=p, report=report, reference=runs["reference"], floor=runs.get("fp16_floor"),
                     mnn_cpu=runs.get("mnn_cpu"))

@@ -113,10 +113,10 @@ def testdir_from_baseline(baseline_dir: str | os.PathLike[str], out: str | os.Pa
 
     from .baseline import load_baseline
     from .mnn.testdir_builder import write_testdir
+    from .npz_safe import load_npz
 
     base = load_baseline(baseline_dir)
-    with np.load(base.inputs_path, allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
+    arrays = load_npz(base.inputs_path)  # checked and opened through fs: a FIFO or a zip bomb is refused
     ref = base.reference
     names = ref.record.model.inputs if ref.record.model else []
     order = [s.name for s in names if s.name in arrays] or list(arrays)

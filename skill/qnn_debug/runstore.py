@@ -350,15 +350,50 @@ class Run:
             raise BadInputError(f"run {self.dir} points outside itself ({rel})", hint="the run.json was edited or corrupted")
         if not path.exists():
             raise BadInputError(f"tensor file {rel} of run {self.dir} is missing", hint="re-run the capture")
+        fd = open_tensor_fd(path)
         try:
-            with fs.opened_path(path, what=f"tensor file of run {self.dir}") as name:
-                return np.load(name, mmap_mode="r" if mmap else None, allow_pickle=False)
-        except ValueError as e:
-            raise BadInputError(f"tensor file {rel} of run {self.dir} is corrupt: {e}", hint="re-run the capture") from None
+            proc = f"/proc/self/fd/{fd}"  # numpy reopens exactly the file checked, not whatever the path is by now
+            arr = np.load(proc if os.path.exists(proc) else path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:
+            raise BadInputError(f"tensor file {path} is corrupt: {_one_line(e)}", hint=TENSOR_HINT) from None
+        finally:
+            os.close(fd)
+        check_tensor_dtype(arr.dtype, path)
+        return arr
 
     def iter_in_order(self) -> Iterator[TensorRecord]:
         """Tensors sorted by execution position (graph inputs first), stable for equal positions."""
         return iter(sorted(self.record.tensors, key=lambda t: t.position))
+
+
+def _one_line(e: BaseException, limit: int = 200) -> str:
+    """An exception's text, one line and bounded (it may quote file bytes)."""
+    return " ".join(str(e).split())[:limit]
+
+
+TENSOR_HINT = ("a run's tensor files are the .npy files qnn-debug wrote: re-run the capture (or the baseline) into a new "
+               "--out folder")
+_NUMERIC_KINDS = "biuf"  # bool, signed and unsigned integers, floats
+
+
+def open_tensor_fd(path: str | os.PathLike[str]) -> int:
+    """A descriptor of a run's tensor file, through ``fs`` (confined; a FIFO, device or directory is refused at open,
+    never waited on), with an error that says which tensor file and what to do."""
+    try:
+        return fs.open_fd(path, what="tensor file")
+    except BadInputError as e:
+        raise BadInputError(e.message, hint=TENSOR_HINT) from None
+
+
+def check_tensor_dtype(dtype: np.dtype, path: str | os.PathLike[str]) -> None:
+    """Refuse a tensor file that holds strings, objects or other non-numbers (no comparison can read them)."""
+    if dtype.kind not in _NUMERIC_KINDS:
+        raise BadInputError(f"tensor file {os.fspath(path)} holds {dtype} values ({_KIND_NAMES.get(dtype.kind, 'not numbers')}), "
+                            "not numbers", hint=TENSOR_HINT)
+
+
+_KIND_NAMES = {"U": "strings", "S": "bytes", "O": "objects", "V": "raw records", "c": "complex numbers",
+               "M": "dates", "m": "time spans"}
 
 
 def load_run(path: str | os.PathLike[str]) -> Run:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import math
 import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BadInputError
+from ..runstore import check_tensor_dtype, open_tensor_fd
 
 _MAGIC = b"\x93NUMPY"
 _header_cache: dict[bytes, tuple[np.dtype, tuple[int, ...], bool]] = {}
@@ -58,6 +60,7 @@ def _parse(path: str | Path, head: bytes, read_more: Callable[[int], bytes], fil
             raise BadInputError(f"tensor file {path} has a corrupt header: {e}", hint="re-run the capture") from None
         _header_cache[text] = parsed
     dtype, shape, fortran = parsed
+    check_tensor_dtype(dtype, path)
     npy = NpyFile(path, start + hlen, dtype, shape, fortran, math.prod(shape))
     if file_size < npy.offset + npy.size * dtype.itemsize:
         raise BadInputError(f"tensor file {path} is truncated", hint="re-run the capture")
@@ -69,10 +72,9 @@ class NpyStream:
     buffer (the workspace's, reused for every tensor). The file is opened once for both."""
 
     def __init__(self, path: str | Path, buffer: bytearray | None = None):
-        try:
-            self._file = open(path, "rb", buffering=0)  # noqa: SIM115 (closed by __exit__/close)
-        except FileNotFoundError:
-            raise BadInputError(f"tensor file {path} is missing", hint="re-run the capture") from None
+        if not os.path.lexists(path):
+            raise BadInputError(f"tensor file {path} is missing", hint="re-run the capture")
+        self._file = os.fdopen(open_tensor_fd(path), "rb", buffering=0)  # closed by __exit__/close
         try:
             head = self._file.read(_HEAD) or b""
             self.npy = _parse(path, head, self._read_exactly, os.fstat(self._file.fileno()).st_size)
@@ -114,11 +116,12 @@ def prefetch(path: str | Path) -> None:
     """Ask the kernel to read ``path`` ahead (no-op where posix_fadvise does not exist)."""
     if not hasattr(os, "posix_fadvise"):
         return
-    try:
-        fd = os.open(path, os.O_RDONLY)
+    try:  # never waits on a FIFO; only a regular file is read ahead (the real open refuses the rest)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return
     try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
     finally:
         os.close(fd)
