@@ -46,7 +46,7 @@ def test_the_layer_contracts_hold(lint_imports: Path) -> None:
     ("runstore.py", "import qnn_debug.compare.pipeline", "faces -> engine operations"),
     ("targets/ort_cpu.py", "from qnn_debug.compare import verdict", "targets and devices do not import compare"),
     ("errors.py", "import qnn_debug_mcp", "the engine never imports the MCP server"),
-    ("compare/metrics.py", "from qnn_debug import runstore", "the metric kernel imports nothing"),
+    ("compare/metrics/stats.py", "from qnn_debug import runstore", "the metric kernel imports nothing"),
 ])
 def test_an_upward_import_breaks_a_contract(lint_imports: Path, tmp_path: Path, module: str, line: str,
                                             contract: str) -> None:
