@@ -103,6 +103,6 @@ def engine_options(options: TargetOptions | None, extra: dict[str, str] | None, 
     values.update(extra or {})
     if serial:
         values["serial"] = serial
-    if adb and target == "device":
+    if adb and get_target(target).capabilities.over_adb:
         values["adb"] = adb
     return values

@@ -37,6 +37,8 @@ class Capabilities(BaseModel):
     own_reference: bool = False  # probes bring the same device's CPU fp32 reference and fp16 floor (no baseline)
     one_session: bool = False  # many probes judged in one process of the target's (run_session)
     takes_settings: bool = False  # the typed device/host settings (serial, mnn_dir, ...) apply to it
+    module_basic: bool = False  # runs a model with MNN's ModuleBasic as MNN's own test does (``qnn-debug run``)
+    over_adb: bool = False  # a phone over adb: ``serial`` and the ``adb`` executable apply
 
 
 class NoOptions(BaseModel):

@@ -136,7 +136,8 @@ class DeviceTarget(Target):
 
     name: ClassVar[str] = "device"
     description: ClassVar[str] = "MNN's QNN backend on an Android phone over adb"
-    capabilities: ClassVar[Capabilities] = Capabilities(own_reference=True, takes_settings=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(own_reference=True, takes_settings=True, module_basic=True,
+                                                          over_adb=True)
     options_model: ClassVar[type[BaseModel]] = ProbeOptions
 
     def options(self, options: dict[str, str]) -> ProbeOptions:
