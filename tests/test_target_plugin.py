@@ -85,3 +85,21 @@ def test_what_the_registered_target_cannot_do_is_a_typed_error(tmp_path: Path, d
     with pytest.raises(BadInputError, match="unknown target 'ort-cpu-double'"):
         api.execute("bisect", {"model": str(tmp_path / "m.onnx"), "target": double.name, "out": str(tmp_path / "o")})
     targets.register(double)
+
+
+@pytest.mark.parametrize(("model", "tensor"), [(small_cnn(seed=3), "c2"), (deep_conv_net(blocks=4, size=16, seed=4), None)])
+def test_the_simulator_probes_one_cut_model_like_the_cpu_within_fp16(tmp_path: Path, model: onnx.ModelProto,
+                                                                     tensor: str | None) -> None:
+    """``htp-sim``'s prober (one cut per worker) answers the same interface the double does, with fp16 numbers."""
+    from qnn_debug.compare.metrics import error_stats, metric_values
+    from qnn_debug.localise.cut import truncate
+
+    name = tensor or model.graph.node[len(model.graph.node) // 2].output[0]
+    cut = truncate(model, [name])
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    inputs = {model.graph.input[0].name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+    sim = targets.target("htp-sim").prober(ProbeSetup(work=tmp_path, soc_model=69)).probe(cut, [name], inputs)
+    cpu = OrtCpuDouble().probe(cut, [name], inputs)
+    assert sim.reference is None and sim.target[name].shape == cpu.target[name].shape
+    sqnr = metric_values(error_stats(sim.target[name], cpu.target[name]))["sqnr_db"]
+    assert sqnr is not None and 30.0 < sqnr < 200.0  # fp16 arithmetic: close to the CPU, never bit-identical

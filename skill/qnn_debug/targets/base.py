@@ -87,7 +87,8 @@ class Target:
     options_model: ClassVar[type[BaseModel]] = NoOptions
 
     def options(self, options: dict[str, str]) -> BaseModel:
-        """``--option key=value`` pairs checked against the target's typed options model."""
+        """``--option key=value`` pairs checked against the target's typed options model: the keys its probes and
+        sessions read (a dump may read more: ``device``/``host`` check those in :mod:`qnn_debug.mnn.capture`)."""
         try:
             return self.options_model.model_validate(options)
         except ValidationError as e:
