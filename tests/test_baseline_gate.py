@@ -233,6 +233,8 @@ async def test_mcp_compare_and_diagnose_put_the_distrust_first(tmp_path: Path) -
         base = Path(diag["result"]["baseline"]).relative_to(tmp_path)
         compared = ok(await client.call_tool("compare", {"reference": str(base), "target": str(base / "mnn_cpu"),
                                                          "background": False}))
-    assert diag["summary"].startswith("Baseline NOT trusted") and diag["result"]["compare"]["reference_trusted"] is False
-    assert compared["summary"].startswith("Reference NOT trusted (reference_trusted: false)")
+    assert diag["summary"].startswith("Reference not trusted: MNN CPU and ONNX Runtime disagree")
+    assert diag["result"]["compare"]["reference_trusted"] is False
+    assert compared["summary"].startswith("Reference not trusted: MNN CPU and ONNX Runtime disagree")
+    assert "reference_trusted: false" in compared["summary"]
     assert compared["result"]["reference_trusted"] is False

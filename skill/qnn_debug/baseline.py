@@ -12,7 +12,10 @@ The gate: two independent fp32 implementations (ONNX Runtime and MNN) must agree
 outputs far more closely than fp16 storage alone perturbs them, otherwise a later "HTP is off by X"
 cannot be told apart from "the reference is off by X". Per output the limit is a tenth of the floor's
 relative error, kept within [1e-4, 1e-2] (fp32 implementations differ by ~1e-6..1e-4 through
-summation order and Winograd convolutions).
+summation order and Winograd convolutions). Tensors are paired as ``compare`` pairs them (a fused MNN op with
+the last model node it covers); the first tensor in graph order beyond its own limit is named as the cause,
+the worst as where the error grew. MNN gets every input in the dtype its ``.mnn`` declares, converted by value
+(:mod:`qnn_debug.mnn.feeds`: int64 token ids become int32, an id beyond int32 is refused).
 
 QDQ models: the reference is ORT's fake-quant run (graph optimisation off, so every DQ → op → Q runs
 in float), and quantized tensors are stored dequantized with their integers, like the simulator's.

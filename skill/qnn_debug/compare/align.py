@@ -10,6 +10,8 @@ copy of a graph input or output, a layout-only copy (ConvertTensor), or an op's 
 activation — the last one stands for the tensor that feeds the activation node in the ONNX model, so it
 needs the model's producers. An alias is paired with the reference tensor it stands for, as a row of its
 own; several target tensors may stand for one reference tensor (different observations of one value).
+A ``fused_output`` tensor is paired with the last model node its fused op covers even when its own name is a
+reference tensor's (MNN writes SiLU under the gate MatMul's output name), once the model confirms the cover.
 Everything else becomes an :class:`UnalignedRow` with the reason.
 
 Data are streamed: :func:`pair_stats` reads both tensor files chunk by chunk into reused buffers
