@@ -81,6 +81,21 @@ def test_fused_silu_is_compared_with_the_last_node_it_covers(decoder_baseline: t
     assert rows["l0_gate"]["stands_for"] == "l0_silu" and out["verdict"]["kind"] == "ok", out["verdict"]["summary"]
 
 
+def test_the_users_own_mnn_is_gated_the_same_way(decoder_baseline: tuple[str, Path, dict], tmp_path: Path) -> None:
+    """``--mnn-model``: the user's .mnn gets int64 ids by value and its fused SiLU paired with the Mul's reference."""
+    import shutil
+
+    _, tmp, _ = decoder_baseline
+    own = shutil.copy(tmp / "base" / "mnn_cpu" / "model.mnn", tmp_path / "own.mnn")
+    code, doc = _cli_json(["baseline", str(tmp / "m.onnx"), "--inputs", str(tmp / "in.npz"), "--mnn-model", str(own),
+                           "--out", str(tmp_path / "base")])
+    assert code == 0, doc
+    check = doc["report"]["mnn_model"]
+    assert check["gate"]["status"] == "passed" and check["same_as_converted"] is True, check
+    assert check["gate"]["worst_tensor_rel_error"] < 1e-5 and check["gate"]["first_divergent"] is None, check["gate"]
+    assert load_run(tmp_path / "base" / "mnn_user").info("l0_gate").equivalent is not None
+
+
 def _cast_model(tmp: Path) -> Path:
     """int64 ``ids`` → Cast → ×0.5: ONNX Runtime takes any int64."""
     nodes = [helper.make_node("Cast", ["ids"], ["f"], name="cast", to=TensorProto.FLOAT),

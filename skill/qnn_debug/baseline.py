@@ -188,9 +188,12 @@ def _gate_user_mnn(report: BaselineReport, user: Path, out: Path, progress: Prog
 
     arrays = load_npz(out / INPUTS_FILE)
     inputs = PreparedInputs(arrays=arrays, shapes={k: list(v.shape) for k, v in arrays.items()}, info=report.inputs)
-    run = run_mnn_cpu(user, inputs, out / MNN_USER_DIR, role="mnn_cpu", progress=progress)
+    from .onnx_graph import ensure_node_names, load_onnx, producer_map
+
+    source = ensure_node_names(load_onnx(report.model))  # its nodes named as the reference named them
+    run = run_mnn_cpu(user, inputs, out / MNN_USER_DIR, role="mnn_cpu", progress=progress, source_onnx=source)
     with progress.stage("baseline: your .mnn", total=None, message="baseline: comparing your .mnn with ONNX Runtime"):
-        gate = gate_report(reference, run, floor)
+        gate = gate_report(reference, run, floor, producers=producer_map(source))
     converted = out / MNN_DIR / "model.mnn"
     same: bool | None = None
     diffs: list[str] = []

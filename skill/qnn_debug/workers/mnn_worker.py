@@ -73,7 +73,8 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
                                               precision_mode=F.PrecisionMode.High, backend=F.Backend.CPU)
         fed = {n: _fed(n, feeds[n], inputs[n]) for n in inputs}
         values = module.forward([_const(F, fed[n], inputs[n]) for n in inputs])
-    fused = _fused_outputs(mnn_path, wanted, names) if request["format"] == "onnx" else {}
+    producers: dict[str, str] = request.get("onnx_producers") or {}  # ONNX tensor → node, when the model is known
+    fused = _fused_outputs(mnn_path, producers, names) if producers else {}
     skipped: list[str] = []
     for name in inputs:
         writer.add_tensor(name, fed[name], kind="input", label=f"as fed to MNN ({fed[name].dtype})")
@@ -96,19 +97,20 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     return {"tensors": len(record.tensors), "skipped": len(skipped)}
 
 
-def _fused_outputs(mnn_path: Path, wanted: dict[str, list[Any]], names: list[str]) -> dict[str, Equivalence]:
-    """Captured tensors a fused MNN op wrote under an earlier model tensor's name (see ``mnn.equivalence``)."""
+def _fused_outputs(mnn_path: Path, producers: dict[str, str], names: list[str]) -> dict[str, Equivalence]:
+    """Captured tensors a fused MNN op wrote under an earlier ONNX tensor's name (see ``mnn.equivalence``);
+    ``producers``: ONNX tensor → the node that makes it."""
     from ..mnn.equivalence import of_fused_output
     from ..mnn.model_reader import read_mnn_model
 
     model = read_mnn_model(mnn_path)
     node_outputs: dict[str, list[str]] = {}
-    for tensor, (_, node, _, _) in wanted.items():
+    for tensor, node in producers.items():
         node_outputs.setdefault(node, []).append(tensor)
     found: dict[str, Equivalence] = {}
     for name in names:
         index = model.tensor_index(name)
-        eq = None if index is None else of_fused_output(model, index, node_outputs, wanted[name][1])
+        eq = None if index is None else of_fused_output(model, index, node_outputs, producers.get(name))
         if eq is not None:
             found[name] = eq
     return found
