@@ -12,7 +12,10 @@ The gate: two independent fp32 implementations (ONNX Runtime and MNN) must agree
 outputs far more closely than fp16 storage alone perturbs them, otherwise a later "HTP is off by X"
 cannot be told apart from "the reference is off by X". Per output the limit is a tenth of the floor's
 relative error, kept within [1e-4, 1e-2] (fp32 implementations differ by ~1e-6..1e-4 through
-summation order and Winograd convolutions).
+summation order and Winograd convolutions). Tensors are paired as ``compare`` pairs them (a fused MNN op with
+the last model node it covers); the first tensor in graph order beyond its own limit is named as the cause,
+the worst as where the error grew. MNN gets every input in the dtype its ``.mnn`` declares, converted by value
+(:mod:`qnn_debug.mnn.feeds`: int64 token ids become int32, an id beyond int32 is refused).
 
 QDQ models: the reference is ORT's fake-quant run (graph optimisation off, so every DQ → op → Q runs
 in float), and quantized tensors are stored dequantized with their integers, like the simulator's.
@@ -60,7 +63,12 @@ from .runstore import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import numpy as np
+
+    from .onnx_graph import NodeInfo
+    from .runstore import TensorRecord
 
 GATE_MIN_LIMIT, GATE_MAX_LIMIT, GATE_FLOOR_FRACTION = 1e-4, 1e-2, 0.1
 NEAR_ZERO = 1e-4  # an output whose largest magnitude is below this carries no signal to compare
@@ -184,9 +192,12 @@ def _gate_user_mnn(report: BaselineReport, user: Path, out: Path, progress: Prog
 
     arrays = load_npz(out / INPUTS_FILE)
     inputs = PreparedInputs(arrays=arrays, shapes={k: list(v.shape) for k, v in arrays.items()}, info=report.inputs)
-    run = run_mnn_cpu(user, inputs, out / MNN_USER_DIR, role="mnn_cpu", progress=progress)
+    from .onnx_graph import ensure_node_names, load_onnx, producer_map
+
+    source = ensure_node_names(load_onnx(report.model))  # its nodes named as the reference named them
+    run = run_mnn_cpu(user, inputs, out / MNN_USER_DIR, role="mnn_cpu", progress=progress, source_onnx=source)
     with progress.stage("baseline: your .mnn", total=None, message="baseline: comparing your .mnn with ONNX Runtime"):
-        gate = gate_report(reference, run, floor)
+        gate = gate_report(reference, run, floor, producers=producer_map(source))
     converted = out / MNN_DIR / "model.mnn"
     same: bool | None = None
     diffs: list[str] = []
@@ -290,7 +301,7 @@ def _prepare_dir(out: Path, force: bool) -> Path:
 def _onnx_baseline(path: Path, out: Path, inputs: str | os.PathLike[str] | None, shapes: dict[str, list[int]] | None,
                    seed: int, progress: Progress, mnn_gate: bool) -> BaselineReport:
     from .inputs import fix_input_shapes, prepare_inputs, save_npz
-    from .onnx_graph import ensure_node_names, graph_inputs, load_onnx
+    from .onnx_graph import ensure_node_names, graph_inputs, load_onnx, producer_map
     from .runstore import sha256_file
     from .targets.fp16_floor import run_floor
     from .targets.mnn_cpu import run_mnn_cpu
@@ -321,7 +332,7 @@ def _onnx_baseline(path: Path, out: Path, inputs: str | os.PathLike[str] | None,
         mnn = run_mnn_cpu(path, prepared, out / MNN_DIR, role="mnn_cpu", onnx_model=fixed, progress=progress)
         runs["mnn_cpu"] = MNN_DIR
         with progress.stage("baseline: gate", total=None, message="baseline: comparing MNN CPU with ONNX Runtime"):
-            gate = gate_report(reference, mnn, floor)
+            gate = gate_report(reference, mnn, floor, producers=producer_map(fixed))
         trusted, sentence = _verdict(gate)
     return BaselineReport(
         model=str(path.resolve()), model_format="onnx", model_sha256=sha256_file(path),
@@ -359,46 +370,65 @@ def rel_error(test: np.ndarray, ref: np.ndarray) -> tuple[float | None, float | 
     return max_rel_error(error_stats(test, ref, wide=True))
 
 
-def gate_report(reference: Run, mnn: Run, floor: Run | None) -> GateReport:
-    """MNN CPU vs ORT CPU on every tensor they share; the final outputs decide."""
+def gate_report(reference: Run, mnn: Run, floor: Run | None, *,
+                producers: Mapping[str, NodeInfo] | None = None) -> GateReport:
+    """MNN CPU vs ORT CPU on every tensor they share; the final outputs decide.
+
+    Tensors are paired as ``compare`` pairs them (:func:`qnn_debug.compare.align.align`): a fused MNN op's
+    output goes with the last model node it covers, which needs the ONNX ``producers``. Besides the worst
+    tensor, the first one in graph order beyond its limit is named: errors propagate, so it is the cause."""
+    from .compare.align import align, load_in_reference_layout
+
+    alignment = align(reference, mnn, producers=producers)
+    mismatches = [u.name for u in alignment.unaligned if u.side == "reference" and u.target_shape is not None]
     worst_name, worst_rel, compared = None, -1.0, 0
-    mismatches: list[str] = []
+    first: tuple[TensorRecord, float | None, float] | None = None
     outputs = set(reference.record.outputs)
     per_output: list[GateOutput] = []
-    for rec in reference.tensors:
-        if rec.kind == "input" or not mnn.has(rec.name):
+    for pair in alignment.pairs:  # reference (graph) order
+        rec = pair.ref
+        if rec.kind == "input":
             continue
-        ref, got = reference.array(rec.name), mnn.array(rec.name)
-        if tuple(ref.shape) != tuple(got.shape):
-            if got.size == ref.size:
-                got = got.reshape(ref.shape)  # e.g. MNN keeps [1, C] where ONNX says [1, C, 1, 1]
-            else:
-                mismatches.append(rec.name)
-                continue
+        ref = reference.array(rec.name)
         if ref.dtype.kind != "f":
             continue
+        got = load_in_reference_layout(mnn, pair.other, list(ref.shape))
         compared += 1
         rel, max_abs = rel_error(got, ref)
         score = float("inf") if rel is None else rel
         if score > worst_rel:
             worst_name, worst_rel = rec.name, score
-        if rec.name in outputs:
-            floor_rel = rel_error(floor.array(rec.name), ref)[0] if floor is not None and floor.has(rec.name) else None
-            limit = min(GATE_MAX_LIMIT, max(GATE_MIN_LIMIT, GATE_FLOOR_FRACTION * (floor_rel or 0.0)))
+        floor_rel = rel_error(floor.array(rec.name), ref)[0] if floor is not None and floor.has(rec.name) else None
+        limit = _gate_limit(floor_rel)
+        if first is None and score > limit and _max_abs(ref) >= NEAR_ZERO:
+            first = (rec, rel, limit)
+        if rec.name in outputs and pair.alias is None:
             per_output.append(GateOutput(name=rec.name, rel_error=rel, max_abs=max_abs, floor_rel_error=floor_rel,
                                          ref_max_abs=_max_abs(ref), limit=limit,
                                          passed=rel is not None and rel <= limit))
+    report = GateReport(status="failed", compared_tensors=compared, shape_mismatches=mismatches[:50],
+                        worst_tensor=worst_name, worst_tensor_rel_error=_finite(worst_rel), outputs=per_output)
+    if first is not None:
+        report.first_divergent, report.first_divergent_op = first[0].name, _op_words(first[0])
+        report.first_divergent_rel_error, report.first_divergent_limit = first[1], first[2]
     if not per_output:
-        return GateReport(status="failed", compared_tensors=compared, shape_mismatches=mismatches[:50],
-                          worst_tensor=worst_name, worst_tensor_rel_error=_finite(worst_rel),
-                          note="MNN CPU produced none of the model's final outputs under their ONNX names")
+        report.note = "MNN CPU produced none of the model's final outputs under their ONNX names"
+        return report
     rels = [o.rel_error for o in per_output]
-    max_rel = None if any(r is None for r in rels) else max(r for r in rels if r is not None)
-    return GateReport(
-        status="passed" if all(o.passed for o in per_output) else "failed", max_rel_error=max_rel,
-        worst_tensor=worst_name, worst_tensor_rel_error=_finite(worst_rel), compared_tensors=compared,
-        outputs=per_output, shape_mismatches=mismatches[:50],
-    )
+    report.max_rel_error = None if any(r is None for r in rels) else max(r for r in rels if r is not None)
+    report.status = "passed" if all(o.passed for o in per_output) else "failed"
+    return report
+
+
+def _gate_limit(floor_rel: float | None) -> float:
+    """A tenth of the fp16 floor's relative error, kept within [1e-4, 1e-2] (see the module docstring)."""
+    return min(GATE_MAX_LIMIT, max(GATE_MIN_LIMIT, GATE_FLOOR_FRACTION * (floor_rel or 0.0)))
+
+
+def _op_words(rec: TensorRecord) -> str | None:
+    if rec.op is None:
+        return None
+    return f"{rec.op_type} {rec.op}" if rec.op_type else rec.op
 
 
 def _max_abs(a: np.ndarray) -> float:
@@ -428,5 +458,23 @@ def _verdict(gate: GateReport) -> tuple[bool, str]:
         return False, (f"Not trusted: output {o.name!r} is almost zero everywhere for these inputs (max |x| = "
                        f"{o.ref_max_abs:.1e}), so relative errors say nothing; pass realistic inputs with --inputs.")
     return False, (f"Not trusted: MNN CPU and ONNX Runtime disagree on output {o.name!r} by {o.rel_error:.1e} "
-                   f"relative error (limit {o.limit:.1e}), so a QNN error of that size could be the reference's; "
-                   f"check the worst tensor {gate.worst_tensor!r} first.")
+                   f"relative error (limit {o.limit:.1e}), so a QNN error of that size could be the reference's. "
+                   f"{_where(gate)}")
+
+
+def _where(gate: GateReport) -> str:
+    """Where the two implementations part: the first divergent tensor (the cause), then the worst."""
+    worst = (f"the worst is {gate.worst_tensor!r} ({_rel_words(gate.worst_tensor_rel_error)})"
+             if gate.worst_tensor else "")
+    if gate.first_divergent is None:
+        return f"No tensor before the output exceeds its limit; {worst}." if worst else ""
+    op = f", made by {gate.first_divergent_op}" if gate.first_divergent_op else ""
+    first = (f"They first differ at {gate.first_divergent!r}{op} ({_rel_words(gate.first_divergent_rel_error)}, "
+             f"limit {gate.first_divergent_limit or 0:.1e}): check it first")
+    if worst and gate.worst_tensor != gate.first_divergent:
+        return f"{first}; {worst}."
+    return f"{first}."
+
+
+def _rel_words(rel: float | None) -> str:
+    return "not finite on one side" if rel is None else f"{rel:.1e} relative"

@@ -35,6 +35,11 @@ class GateReport(BaseModel):
     max_rel_error: float | None = None  # worst over the final outputs
     worst_tensor: str | None = None  # worst over every tensor both runs share
     worst_tensor_rel_error: float | None = None
+    # the first tensor in graph order whose MNN-vs-ORT error exceeds its limit (the outputs' rule): the cause
+    first_divergent: str | None = None
+    first_divergent_op: str | None = None  # "Gather embed_tokens": the model node that makes it
+    first_divergent_rel_error: float | None = None  # None: not finite on one side
+    first_divergent_limit: float | None = None
     compared_tensors: int = 0
     outputs: list[GateOutput] = Field(default_factory=list)
     shape_mismatches: list[str] = Field(default_factory=list)

@@ -79,7 +79,7 @@ class QuantParams(BaseModel):
         return [-o for o in self.offset] if isinstance(self.offset, list) else -self.offset
 
 
-EquivalenceKind = Literal["cast", "layout", "pre_activation"]
+EquivalenceKind = Literal["cast", "layout", "pre_activation", "fused_output"]
 
 
 class Equivalence(BaseModel):
@@ -90,7 +90,9 @@ class Equivalence(BaseModel):
     ``cast``: a backend cast/dequant copy of ``of[0]`` (the value as the target held it). ``layout``: the
     values of ``of`` in another layout (a layout-only op's input or output). ``pre_activation``: an op's
     result before its fused activation, ``of`` being that op's outputs; it stands for the tensor that feeds
-    the activation in the source graph.
+    the activation in the source graph. ``fused_output``: a tensor the target names after one model tensor
+    but writes with a fused op named after a later model node, whose outputs ``of`` are; it stands for them
+    when that node covers the named tensor's producer (``compare.align`` checks it with the model's graph).
     """
 
     kind: EquivalenceKind

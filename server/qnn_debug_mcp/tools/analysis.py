@@ -84,6 +84,9 @@ def summarize_compare(r: dict[str, Any]) -> str:
     v = r.get("verdict") or {}
     pattern = f" ({v['pattern']})" if v.get("pattern") not in (None, "none") else ""
     text = f"verdict {v.get('kind')}{pattern}, confidence {v.get('confidence')}: {v.get('summary', '')}"
+    if r.get("reference_trusted") is False:  # the summary opens with why: said before the verdict's name
+        text = (f"{v.get('summary', '')} (verdict {v.get('kind')}{pattern}, confidence {v.get('confidence')}; "
+                f"reference_trusted: false)")
     ff = r.get("first_failing")
     if ff:
         text += f" First failing: tensor {ff.get('tensor')!r} from {ff.get('op')} ({ff.get('op_type')}) at position {ff.get('position')}."
@@ -109,6 +112,10 @@ def summarize_diagnose(r: dict[str, Any]) -> str:
     bisect = fallback.get("bisect")
     body = summarize_compare(r["compare"]) if r.get("compare") else (
         f"verdict {bisect.get('verdict')}: {bisect.get('summary')}{steps_text(bisect)}" if bisect else "no verdict")
+    if not r.get("baseline_trusted"):  # first: the verdict may be the reference's error
+        if (r.get("compare") or {}).get("reference_trusted") is False and not head:
+            return f"{body} Runs in {r.get('out')}."  # the comparison's summary opens with it
+        return f"Baseline NOT trusted: {r.get('baseline_sentence')} {head}{body} Runs in {r.get('out')}."
     return f"{head}{body} Baseline {trust}; runs in {r.get('out')}."
 
 

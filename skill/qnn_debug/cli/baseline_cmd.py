@@ -17,7 +17,9 @@ def human(result: Any, request: Any) -> None:
     typer.echo(f"  fp16 floor: {r.floor}" + (f" ({result.tensors['fp16_floor']} tensors)" if "fp16_floor" in result.tensors else ""))
     g = r.gate
     if g.status in ("passed", "failed"):
-        typer.echo(f"  MNN CPU gate: {g.status}; max rel error on outputs {_fmt(g.max_rel_error)}; "
+        first = (f"first divergent {g.first_divergent} ({g.first_divergent_op or 'graph input'}, "
+                 f"{_fmt(g.first_divergent_rel_error)}); " if g.first_divergent else "")
+        typer.echo(f"  MNN CPU gate: {g.status}; max rel error on outputs {_fmt(g.max_rel_error)}; {first}"
                    f"worst tensor {g.worst_tensor} ({_fmt(g.worst_tensor_rel_error)}) over {g.compared_tensors} shared tensors")
     else:
         typer.echo(f"  MNN CPU gate: {g.status} ({g.note})")

@@ -10,6 +10,8 @@ copy of a graph input or output, a layout-only copy (ConvertTensor), or an op's 
 activation — the last one stands for the tensor that feeds the activation node in the ONNX model, so it
 needs the model's producers. An alias is paired with the reference tensor it stands for, as a row of its
 own; several target tensors may stand for one reference tensor (different observations of one value).
+A ``fused_output`` tensor is paired with the last model node its fused op covers even when its own name is a
+reference tensor's (MNN writes SiLU under the gate MatMul's output name), once the model confirms the cover.
 Everything else becomes an :class:`UnalignedRow` with the reason.
 
 Data are streamed: :func:`pair_stats` reads both tensor files chunk by chunk into reused buffers
@@ -32,6 +34,7 @@ import numpy as np
 
 from ..errors import BadInputError
 from ..runstore import Equivalence, Run, TensorRecord
+from .localize import OpNode, ops_behind
 from .metrics import ErrorStats, ScratchArrays
 from .npy_stream import NpyStream, prefetch
 from .schema import UnalignedRow
@@ -95,12 +98,14 @@ def align(reference: Run, other: Run, *, ignore: Callable[[str], bool] | None = 
     found: list[tuple[int, int, Pair]] = []
     mismatched: list[UnalignedRow] = []
     leftovers: list[UnalignedRow] = []
+    visible = set(other.names())
     for i, orec in enumerate(other.iter_in_order()):
-        if orec.name in ref_order:
+        got: Pair | UnalignedRow | None = _fused_output(reference, orec, producers, visible)
+        if got is None and orec.name in ref_order:
             got = _direct(reference.info(orec.name), orec, other_side_label)
-        elif ignore is not None and ignore(orec.name):
+        elif got is None and ignore is not None and ignore(orec.name):
             continue
-        else:
+        elif got is None:
             got = _alias(reference, orec, producers)
         if isinstance(got, Pair):
             found.append((ref_order[got.ref.name], i, got))
@@ -212,6 +217,29 @@ def _pre_activation(eq: Equivalence, reference: Run,
             return node.inputs[0], f"{eq.note}; ONNX {node.name} ({node.op_type}) reads {node.inputs[0]}"
     return None, (f"{eq.note}, but no {'/'.join(sorted(FUSED_ACTIVATIONS))} node of the ONNX model makes "
                   f"{' or '.join(eq.of)} from a tensor the reference records")
+
+
+def _fused_output(reference: Run, orec: TensorRecord, producers: Mapping[str, NodeInfo] | None,
+                  visible: set[str]) -> Pair | None:
+    """A tensor named after one model tensor but written by a fused op (``fused_output``): paired with the
+    output of the last model node it covers, when that node computes the named tensor's producer without any
+    tensor the target shows in between; None (pair it by name) when the model says otherwise."""
+    eq = orec.equivalent
+    if eq is None or eq.kind != "fused_output" or producers is None:
+        return None
+    own = producers.get(orec.name)
+    name = next((n for n in eq.of if reference.has(n) and n in producers), None)
+    if own is None or name is None:
+        return None
+    last = producers[name]
+    ops = {t: OpNode(n.position, n.name, n.op_type, n.inputs, n.outputs) for t, n in producers.items()}
+    if own.name not in {op.name for op in ops_behind(ops, last.inputs, visible - {orec.name})}:
+        return None
+    rec = reference.info(name)
+    layout = match_layout(rec.shape, orec.shape)
+    if layout is None:
+        return None
+    return Pair(orec.name, rec, orec, layout, alias=f"{eq.note}; it covers ONNX {own.name} ({own.op_type})")
 
 
 def _copy_stage(orec: TensorRecord) -> Equivalence | None:

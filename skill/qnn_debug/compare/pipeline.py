@@ -34,6 +34,7 @@ from .options import CompareOptions
 from .patterns import find_patterns
 from .rows import PREFETCH_AHEAD, measure
 from .schema import CompareResult
+from .trust import mark_trust
 from .verdict import Findings, decide, name_on_target, note_unchecked
 
 __all__ = ["PREFETCH_AHEAD", "CompareOptions", "compare_paths", "compare_runs", "resolve_model"]
@@ -189,4 +190,4 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
         warnings=warnings, thresholds=th.model_dump(), elapsed_s=round(time.monotonic() - t_start, 3),
     )
     result.next_steps = wording.next_steps(result)
-    return result
+    return mark_trust(result, side)

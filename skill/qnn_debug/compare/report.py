@@ -14,6 +14,7 @@ from .. import fs
 from ..runstore import atomic_write_text
 from . import fmt
 from .schema import CompareResult, TensorRow
+from .trust import UNTRUSTED_HEAD
 
 MD_FILE, JSON_FILE, PLOT_FILE = "compare.md", "compare.json", "error_by_position.png"
 MAX_ROWS, MAX_UNALIGNED = 30, 20
@@ -35,7 +36,11 @@ def markdown(r: CompareResult) -> str:
     title = {"ok": "healthy", "precision": "precision (no wrong op)", "quantization": "quantization error (no wrong op)",
              "real_bug": "REAL BUG", "input_not_copied": "INPUT NOT COPIED"}[v.kind]
     head = f"# qnn-debug compare: {title}" + (f" at `{ff.op or ff.tensor}` ({ff.op_type or 'graph input'})" if ff else "")
-    lines = [head, "", f"**Verdict:** `{v.kind}` · pattern `{v.pattern}` · confidence {v.confidence:.2f}", "",
+    lines = [head, ""]
+    if r.reference_trusted is False:
+        lines += [f"**{UNTRUSTED_HEAD}** (`reference_trusted: false`): the baseline's MNN CPU gate did not confirm "
+                  "the reference, so the verdict below may be the reference's error; the summary says why.", ""]
+    lines += [f"**Verdict:** `{v.kind}` · pattern `{v.pattern}` · confidence {v.confidence:.2f}", "",
              f"> {v.summary}", "", *_next_steps(r),
              "| | |", "|---|---|",
              f"| reference | `{r.reference}` |", f"| floor | `{r.floor or 'none (excess judged against a fixed fp16 level)'}` |",

@@ -3,7 +3,8 @@
 The names ``first_failing``, ``verdict`` (``kind``/``pattern``/``confidence``/``summary``/``evidence``),
 ``tensors`` (``name, op, op_type, position, metrics, floor_metrics``), ``observer_effect_db`` and
 ``unaligned`` are the public contract of ``qnn-debug compare --json``. Add fields; never rename them.
-Added: ``tensors[].stands_for/equivalence/label`` (alias rows), ``first_failing.observed_as``, ``counts.aliases``.
+Added: ``tensors[].stands_for/equivalence/label`` (alias rows), ``first_failing.observed_as``, ``counts.aliases``,
+``reference_trusted``/``reference_note``.
 ``next_steps`` (added) is derived from the rest of the result when the comparison finishes: structured steps
 (``tool``, ``cli``, ``why``), the same :class:`~qnn_debug.next_step.NextStep` triage and the localisers return.
 Only pydantic (and the pydantic-only ``next_step``) is imported here, so the CLI and the MCP server can load
@@ -130,6 +131,10 @@ class CompareResult(BaseModel):
     mnn_model: str | None = Field(default=None, description="the target's .mnn that was read (given or found), if any")
     precision: str | None = None  # of the target run
     first_failing: FirstFailing | None = None
+    # False: the baseline's MNN CPU gate did not confirm the reference (failed or not run), said first in the
+    # summary; None: the reference is a run outside any baseline. ``reference_note``: the baseline's sentence.
+    reference_trusted: bool | None = None
+    reference_note: str | None = None
     verdict: Verdict
     tensors: list[TensorRow] = Field(default_factory=list)
     observer_effect_db: dict[str, float] | None = None

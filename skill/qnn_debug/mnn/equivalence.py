@@ -10,7 +10,11 @@ aligns them with the reference tensor they stand for instead of listing them as 
 - ``<node>_ReluTensor`` of a Convolution/ConvolutionDepthwise with a fused ReLU/ReLU6
   (``QNNConvolution``/``QNNConvDepthwise``: ``Conv2d`` into the stage, then ``Relu``/``Relu6``) is the
   convolution's result before the activation; which source-graph tensor that is needs the ONNX model
-  (``compare.align``).
+  (``compare.align``);
+- a tensor MNN names after one model tensor but writes with an op named after a later model node (the
+  converter fuses Sigmoid + Mul into a SiLU ``UnaryOp`` named after the Mul, and its output, through a
+  ConvertTensor, keeps the name of the MatMul output it read) holds that node's output: a fused op is
+  compared with the last node it covers, which ``compare.align`` confirms with the model's graph.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..runstore import Equivalence
-from .model_reader import MnnModel, MnnOp
+from .model_reader import LAYOUT_ONLY_OPS, MnnModel, MnnOp
 
 # stage name → op types whose stage of that name is the result before a fused activation
 PRE_ACTIVATION_STAGES: dict[str, frozenset[str]] = {
@@ -72,3 +76,22 @@ def of_stage(model: MnnModel, op: MnnOp, stage: str) -> Equivalence | None:
         return None
     return Equivalence(kind="pre_activation", of=same,
                        note=f"{op.name} ({op.type_name}) before its fused activation, whose output is {same[0]}")
+
+
+def of_fused_output(model: MnnModel, index: int, node_outputs: dict[str, list[str]],
+                    own_node: str | None) -> Equivalence | None:
+    """Tensor ``index``, named after a model tensor made by ``own_node``, when the op that writes it (through
+    layout-only copies) carries the name of another model node: that node's outputs (``node_outputs``:
+    model node name → its output tensors), else None."""
+    name = model.tensor_name(index)
+    op = model.producer(index)
+    while op is not None and op.type_name in LAYOUT_ONLY_OPS and op.inputs and op.inputs[0] >= 0:
+        op = model.producer(op.inputs[0])
+    if name is None or op is None or op.name == own_node or op.name not in node_outputs:
+        return None
+    outs = node_outputs[op.name]
+    if not outs or name in outs:
+        return None
+    return Equivalence(kind="fused_output", of=list(outs),
+                       note=f"MNN's {op.name} ({op.type_name}) wrote it under the name {name}: a fused op whose "
+                            f"last model node makes {outs[0]}")

@@ -48,12 +48,14 @@ def _mnn_names(model: MnnModel) -> dict[str, list[Any]]:
 
 def run_mnn_cpu(model_path: str | os.PathLike[str], prepared: PreparedInputs, out: str | os.PathLike[str], *,
                 role: RunRole, onnx_model: onnx.ModelProto | None = None, force: bool = False,
-                timeout: float = 1800.0, progress: Progress = NULL_PROGRESS) -> Run:
+                timeout: float = 1800.0, progress: Progress = NULL_PROGRESS,
+                source_onnx: onnx.ModelProto | None = None) -> Run:
     """Run ``model_path`` (``.onnx`` → converted, or ``.mnn``) on MNN CPU fp32 and store every tensor.
 
     With ``onnx_model`` given, only tensors whose names exist in the ONNX graph are stored, with ONNX
     provenance; the converted ``.mnn`` is kept in the run directory as ``model.mnn``. For a ``.mnn``
-    model, positions and op types come from the model's own op list.
+    model, positions and op types come from the model's own op list; ``source_onnx`` (the ONNX model it was
+    converted from) lets the run say which tensors a fused op wrote under an earlier tensor's name.
     """
     path = Path(model_path).resolve()
     if onnx_model is not None:
@@ -71,7 +73,13 @@ def run_mnn_cpu(model_path: str | os.PathLike[str], prepared: PreparedInputs, ou
         names, outputs = _mnn_names(mnn), list(mnn.output_names)
     record = RunRecord(role=role, target="mnn-cpu", precision="fp32", model=info, inputs=prepared.info,
                        versions=library_versions(), outputs=outputs, warnings=list(prepared.warnings))
+    graph = onnx_model if onnx_model is not None else source_onnx
+    producers: dict[str, str] = {}
+    if graph is not None:
+        from .onnx_capture import capture_plan
+
+        producers = {p.name: p.op for p in capture_plan(graph) if p.kind != "input" and p.op}
     request = {"model": str(path), "format": "onnx" if onnx_model is not None else "mnn", "force": force,
-               "record": record.model_dump(mode="json"), "names": names}
+               "record": record.model_dump(mode="json"), "names": names, "onnx_producers": producers}
     return run_capture_worker(WORKER, request, Path(out).resolve(), prepared.arrays, log_name="mnn_worker.log",
                               what="MNN CPU run", timeout=timeout, progress=progress)

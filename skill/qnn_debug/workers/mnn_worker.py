@@ -20,7 +20,7 @@ from typing import Any, cast
 
 from ..errors import BadInputError, TargetError
 from ..progress import Progress
-from ..runstore import RunRecord, RunWriter, TensorKind
+from ..runstore import Equivalence, RunRecord, RunWriter, TensorKind
 
 
 def convert(src: Path, dst: Path) -> None:
@@ -71,10 +71,13 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     with progress.stage("mnn-cpu: run", total=None, message=f"mnn-cpu: running with {len(names)} tensors exposed"):
         module = MNN.nn.load_module_from_file(str(mnn_path), list(inputs), names,
                                               precision_mode=F.PrecisionMode.High, backend=F.Backend.CPU)
-        values = module.forward([_const(F, feeds[n], inputs[n]) for n in inputs])
+        fed = {n: _fed(n, feeds[n], inputs[n]) for n in inputs}
+        values = module.forward([_const(F, fed[n], inputs[n]) for n in inputs])
+    producers: dict[str, str] = request.get("onnx_producers") or {}  # ONNX tensor → node, when the model is known
+    fused = _fused_outputs(mnn_path, producers, names) if producers else {}
     skipped: list[str] = []
     for name in inputs:
-        writer.add_tensor(name, feeds[name], kind="input")
+        writer.add_tensor(name, fed[name], kind="input", label=f"as fed to MNN ({fed[name].dtype})")
     with progress.stage("mnn-cpu: save", total=len(names), message="mnn-cpu: saving tensors") as advance:
         for name, var in zip(names, values, strict=True):
             advance()
@@ -83,8 +86,9 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
                 skipped.append(name)
                 continue
             position, op, op_type, kind = wanted[name]
+            eq = fused.get(name)
             writer.add_tensor(name, arr, op=op, op_type=op_type, position=position, kind=cast(TensorKind, kind),
-                              label=f"MNN {var_map[name].op_type}")
+                              label=f"MNN {var_map[name].op_type}" + (f"; {eq.note}" if eq else ""), equivalent=eq)
     record.extra["mnn_tensors_not_in_model"] = len(
         [n for n, v in var_map.items() if n not in wanted and n not in inputs and v.op_type not in ("Const", "Input")])
     if skipped:
@@ -93,13 +97,44 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     return {"tensors": len(record.tensors), "skipped": len(skipped)}
 
 
+def _fused_outputs(mnn_path: Path, producers: dict[str, str], names: list[str]) -> dict[str, Equivalence]:
+    """Captured tensors a fused MNN op wrote under an earlier ONNX tensor's name (see ``mnn.equivalence``);
+    ``producers``: ONNX tensor → the node that makes it."""
+    from ..mnn.equivalence import of_fused_output
+    from ..mnn.model_reader import read_mnn_model
+
+    model = read_mnn_model(mnn_path)
+    node_outputs: dict[str, list[str]] = {}
+    for tensor, node in producers.items():
+        node_outputs.setdefault(node, []).append(tensor)
+    found: dict[str, Equivalence] = {}
+    for name in names:
+        index = model.tensor_index(name)
+        eq = None if index is None else of_fused_output(model, index, node_outputs, producers.get(name))
+        if eq is not None:
+            found[name] = eq
+    return found
+
+
+def _fed(name: str, arr: Any, var: Any) -> Any:
+    """The feed in the dtype the model declares for it, converted by value (see :mod:`qnn_debug.mnn.feeds`)."""
+    from ..mnn.feeds import as_declared, held_dtype
+
+    declared = held_dtype(str(var.dtype))
+    if declared is None:
+        raise BadInputError(f"the .mnn declares input {name!r} as {var.dtype}, which MNN's Python API cannot feed",
+                            hint="re-convert the model with float32 or int32 inputs")
+    return as_declared(name, arr, declared)
+
+
 def _const(F: Any, arr: Any, var: Any) -> Any:
     import numpy as np
 
-    dtypes = {"float32": F.float, "float64": F.double, "int32": F.int, "int64": F.int64, "uint8": F.uint8, "int8": F.int8}
+    # never int64: MNN's const would take its bytes as int32 (see mnn.feeds); ``_fed`` converted the values
+    dtypes = {"float32": F.float, "float64": F.double, "int32": F.int, "uint8": F.uint8, "int8": F.int8}
     a = np.ascontiguousarray(arr)
     if str(a.dtype) not in dtypes:
-        raise BadInputError(f"MNN cannot take input data of dtype {a.dtype}", hint="use float32, int32 or int64 inputs")
+        raise BadInputError(f"MNN cannot take input data of dtype {a.dtype}", hint="use float32 or int32 inputs")
     fmt = var.data_format
     layout = F.NCHW if fmt == F.NC4HW4 else fmt
     c = F.const(a, list(a.shape), layout, dtypes[str(a.dtype)])
