@@ -23,8 +23,11 @@ SCHEMA_VERSION = 1
 VerdictKind = Literal["ok", "precision", "quantization", "real_bug", "input_not_copied"]
 Pattern = Literal[
     "none", "zero_input", "bias_only", "permutation", "wrong_coordinates", "wrong_semantics",
-    "scale_shift", "constant", "nan_inf", "encoding_range",
+    "scale_shift", "constant", "nan_inf", "encoding_range", "fp16_range",
 ]
+# ``fp16_range``: a value beyond fp16's range (HTP saturates it at ±131008, an IEEE producer makes it inf); stored
+# results from before it was named carry ``nan_inf`` for that case. ``nan_inf`` is a target holding NaN/inf
+# where its own op went wrong (a real_bug pattern).
 # ok: at the floor's noise level; degraded: worse than the floor but no jump; bad: a jump beyond the
 # floor; unknown: not comparable (reference not finite, or nothing to compare against).
 TensorStatus = Literal["ok", "degraded", "bad", "unknown"]
