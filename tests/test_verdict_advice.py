@@ -156,3 +156,69 @@ def test_rmsnorm_rescale_feeds_only_the_norm_and_fits_its_sum(tmp_path: Path, hi
     assert f"insert one Mul(`h`, 2^-{k})" in why and "residual keep reading the unscaled `h`" in why
     fixed = _diagnose(tmp_path, "rms_fixed", _scale_input(model, "h", ["square", "normalize"], k), feeds)["compare"]
     assert fixed["verdict"]["kind"] == "ok", fixed["verdict"]["summary"]
+
+
+def _rss_model(kind: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A norm written with ReduceSumSquare: an L2-norm over channels on 2x raw pixels, or an RMSNorm over the last
+    axis of a residual stream with massive activations. MNN's converter lowers ReduceSumSquare to a square and a sum."""
+    from onnx import TensorProto, helper
+
+    from numerics_models import pixels
+
+    f = lambda name, a: numpy_helper.from_array(np.asarray(a, dtype=np.float32), name)  # noqa: E731
+    if kind == "l2":
+        shape, axis, x = [1, 3, 16, 16], 1, pixels(3, 16) * np.float32(2.0)
+        scale = 1.0
+    else:
+        shape, axis = [1, 16, 64], -1
+        x = np.random.default_rng(3).normal(0, 1, shape).astype(np.float32)
+        x[..., [5, 30, 61]] = 1200.0
+        scale = 1.0 / 64
+    nodes = [helper.make_node("ReduceSumSquare", ["x"], ["ss"], name="sumsq", keepdims=1, axes=[axis]),
+             helper.make_node("Mul", ["ss", "scale"], ["ms"], name="mean"),
+             helper.make_node("Add", ["ms", "eps"], ["ms_eps"], name="add_eps"),
+             helper.make_node("Sqrt", ["ms_eps"], ["norm"], name="norm"),
+             helper.make_node("Div", ["x", "norm"], ["y"], name="normalize")]
+    graph = helper.make_graph(nodes, f"rss_{kind}", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+                              [f("scale", scale), f("eps", 1e-6)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), {"x": x}
+
+
+@pytest.mark.parametrize("kind", ["l2", "rmsnorm"])
+def test_mnn_dump_locates_the_overflow_at_the_square_mnn_lowered_reduce_sum_square_into(tmp_path: Path, kind: str):
+    """The MNN dump holds the square MNN made of ReduceSumSquare (a tensor the ONNX model does not have); it is the
+    first to sit at the 131008 rail. The answer names that MNN tensor and op, and the ONNX node it came from.
+    Values: the HTP simulator's own run of the same model (which runs ReduceSumSquare as ReduceSum(Mul(x, x)))."""
+    from doubles.htp_dump import write_htp_dump
+    from qnn_debug.baseline import run_baseline
+    from qnn_debug.dump import run_dump
+    from qnn_debug.mnn.model_reader import read_mnn_model
+    from qnn_debug.runstore import load_run
+    from qnn_debug.targets import DumpRequest
+
+    model, feeds = _rss_model(kind)
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "in.npz", **feeds)
+    run_baseline(tmp_path / "m.onnx", tmp_path / "base", inputs=tmp_path / "in.npz")
+    run_dump(DumpRequest(model=tmp_path / "m.onnx", out=tmp_path / "htp", inputs=tmp_path / "in.npz"))
+    sim = load_run(tmp_path / "htp")
+    mnn_path = sorted((tmp_path / "base" / "mnn_cpu").glob("*.mnn"))[0]
+    mnn = read_mnn_model(mnn_path)
+    by_output = {mnn.tensor_names[o]: op for op in mnn.ops for o in op.outputs}
+    square = mnn.tensor_names[by_output["ss"].inputs[0]]  # what feeds MNN's sum: its square
+    assert square not in {t.name for t in sim.tensors}
+    values = {t.name: np.asarray(sim.array(t.name)) for t in sim.tensors if "/" not in t.name}
+    values[square] = np.asarray(sim.array("ss/square"))
+    write_htp_dump(tmp_path / "dump", mnn_path, values)
+    res = runner.invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "dump"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    v, ff = out["verdict"], out["first_failing"]
+    assert (v["kind"], v["pattern"]) == ("precision", "fp16_range"), v["summary"]
+    assert ff["target_tensor"] == square and ff["op"] == by_output[square].name
+    assert (ff["model_op"], ff["model_op_type"]) == ("sumsq", "ReduceSumSquare") and ff["tensor"] == "ss"
+    inner = v["evidence"]["fp16_range"]["inside_op"]
+    assert inner["target_tensor"] == square and inner["target_at_rail"] > 0
+    assert v["summary"].index(f"`{square}`") < v["summary"].index("`ss`"), v["summary"]
+    assert "the target's own stage of sumsq (ReduceSumSquare" in v["summary"]

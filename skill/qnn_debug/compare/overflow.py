@@ -35,6 +35,23 @@ RAILS = (FP16_MAX, 65536.0, HTP_FP16_MAX)
 
 
 @dataclass
+class InnerOverflow:
+    """A tensor the target computes inside one model op (MNN lowers ReduceSumSquare to a square and a sum): the
+    first place the run leaves the fp16 range, before the model op's own output."""
+
+    tensor: str  # the target's tensor name (e.g. MNN's ``BinaryOp3``)
+    op: str | None  # the target's op computing it
+    op_type: str | None
+    target_max: float
+    at_rail: int
+    size: int
+
+    def evidence(self) -> dict[str, Any]:
+        return {"target_tensor": self.tensor, "target_op": self.op, "target_op_type": self.op_type,
+                "target_max_abs": _g(self.target_max), "target_at_rail": self.at_rail, "elements": self.size}
+
+
+@dataclass
 class Overflow:
     """The first op that leaves the fp16 range, with the target's numbers there."""
 
@@ -58,6 +75,7 @@ class Overflow:
     producer: OpNode | None = None  # the op computing ``source`` (None: a graph input)
     uses_inside: list[str] = field(default_factory=list)  # ops reading ``source`` inside the scale-invariant region
     uses_outside: list[str] = field(default_factory=list)  # ops reading ``source`` that a rescale must not reach
+    inner: InnerOverflow | None = None  # the target's own tensor inside the op that leaves the range first
 
     @property
     def dumped(self) -> bool:
@@ -83,7 +101,8 @@ class Overflow:
                 "region_max_tensor": self.region_tensor or self.tensor,
                 "rescale_producer": self.producer.name if self.producer is not None else None,
                 "rescale_producer_type": self.producer.op_type if self.producer is not None else None,
-                "rescale_uses_inside": self.uses_inside, "rescale_uses_outside": self.uses_outside}
+                "rescale_uses_inside": self.uses_inside, "rescale_uses_outside": self.uses_outside,
+                **({"inside_op": self.inner.evidence()} if self.inner is not None else {})}
 
 
 # Ops whose result does not change (up to eps) when their input is multiplied by a constant: the place to
@@ -177,6 +196,7 @@ def _find(ops: list[OpNode], rows: Mapping[str, TensorRow], maxima: Mapping[str,
         poor = (found.row.metrics.get("sqnr_db") or 0.0) < POOR_SQNR_DB
         near = found.target_max is not None and found.target_max >= NEAR_RAIL * FP16_MAX
         if found.nonfinite or (near and (found.at_rail or poor)):
+            found.inner = _inner(found, rows, reference, target)
             return found
     return None
 
@@ -227,6 +247,31 @@ def _norms(ends: set[str], consumers: Mapping[str, list[OpNode]]) -> set[str]:
             if op.op_type in _NORMALIZING and all(i in out for i in op.inputs):
                 out.update(op.outputs)
     return out
+
+
+def _inner(found: Overflow, rows: Mapping[str, TensorRow], reference: Run, target: Run) -> InnerOverflow | None:
+    """The first tensor the target holds between the op's inputs and its output (a tensor of the target's own
+    lowering of the op, which the reference does not have) that sits at the rail."""
+    if found.row is None or not target.has(found.row.name):
+        return None
+    end = target.info(found.row.name).position
+    starts = [target.info(rows[i].name).position for i in found.op.inputs if i in rows and target.has(rows[i].name)]
+    start = max(starts, default=-1)
+    inside = sorted((t for t in target.tensors if start < t.position < end and "@" not in t.name
+                     and not reference.has(t.name) and t.kind != "input"), key=lambda t: t.position)
+    for rec in inside:
+        arr = np.asarray(target.array(rec.name), dtype=np.float64).reshape(-1)
+        if arr.dtype.kind != "f" or not arr.size:
+            continue
+        mags = np.abs(arr[np.isfinite(arr)])
+        top = float(mags.max()) if mags.size else 0.0
+        bad = int(arr.size - mags.size)
+        rail = next((r for r in RAILS if abs(top - r) <= (1.0 - AT_RAIL) * r), None)
+        at = bad + (int(np.count_nonzero(np.abs(mags - rail) <= (1.0 - AT_RAIL) * rail)) if rail else 0)
+        if at and (bad or top >= NEAR_RAIL * FP16_MAX):
+            return InnerOverflow(tensor=rec.name, op=rec.op, op_type=rec.op_type, target_max=top, at_rail=at,
+                                 size=int(arr.size))
+    return None
 
 
 def _downstream(tensor: str, consumers: Mapping[str, list[OpNode]], limit: int = 6) -> list[str]:

@@ -75,6 +75,10 @@ class FirstFailing(BaseModel):
     fused: FusedOp | None = None  # set when the target's op covers several model nodes
     model_op: str | None = None  # with ``fused``: the model node producing ``tensor``
     model_op_type: str | None = None
+    # The target's own tensor where it first fails when the reference has no such tensor: a stage of the target's
+    # lowering of the model op (MNN runs ReduceSumSquare as a square, e.g. ``BinaryOp3``, and a sum); ``op`` is then
+    # the target's op and ``model_op`` the model node it came from.
+    target_tensor: str | None = None
 
 
 class Verdict(BaseModel):

@@ -258,6 +258,9 @@ def _overflow(fs: Findings, base: dict[str, Any], hit: Finding | None) -> Decisi
     first = FirstFailing(tensor=o.tensor, op=o.op.name, op_type=o.op.op_type, position=o.op.position,
                          observed_as=o.row.name if o.row is not None and o.row.stands_for else None,
                          local_error=hit.local if hit is not None and hit.suspect.op.name == o.op.name else None)
+    if o.inner is not None:  # the target's own stage of that op leaves the range first: name it, and the model node
+        first.op, first.op_type, first.target_tensor = o.inner.op, o.inner.op_type, o.inner.tensor
+        first.model_op, first.model_op_type = o.op.name, o.op.op_type
     return Decision("precision", "fp16_range", 0.9 if o.row is not None else 0.6, ev, first, "fp16_range")
 
 

@@ -176,6 +176,12 @@ def _fp16_range(d: Decision, fs: Findings, th: Thresholds) -> str:
     else:
         target = f"the target tops out at {o.target_max:.6g}, {o.at_rail} of {o.size} values at the ±65504 fp16 rail"
     inside = " (beyond 65504, but within what HTP holds: 131008)" if o.input_max > 65504.0 else ""
+    if o.inner is not None:
+        i = o.inner
+        where = (f"`{i.tensor}` ({i.op_type or '?'} {i.op or i.tensor}, the target's own stage of {o.op.name} "
+                 f"({o.op.op_type}, position {o.op.position}); the reference has no such tensor) is where the run "
+                 f"first leaves the fp16 range: it tops out at {i.target_max:.6g}, {i.at_rail} of {i.size} values "
+                 f"at the rail, before {o.op.name}'s own output. {where}")
     failing = floor_fails(d)
     floor_words = (f" The fp16 floor fails the same way (worst output {fmt.db_unit(failing)}): no fp16 engine can "
                    f"run this as is." if failing is not None else " No fp16 engine can run this as is.")
