@@ -222,3 +222,94 @@ def test_mnn_dump_locates_the_overflow_at_the_square_mnn_lowered_reduce_sum_squa
     assert inner["target_tensor"] == square and inner["target_at_rail"] > 0
     assert v["summary"].index(f"`{square}`") < v["summary"].index("`ss`"), v["summary"]
     assert "the target's own stage of sumsq (ReduceSumSquare" in v["summary"]
+
+
+def _rope_fault(model: onnx.ModelProto, layer: int, fault: str) -> onnx.ModelProto:
+    """The decoder with one layer's q rotary computed in a layout real ports get wrong (names kept)."""
+    from onnx import helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    scope = f"/layers.{layer}/self_attn/rotary_q"
+    nodes = {n.name: n for n in out.graph.node}
+    concat, x = nodes[f"{scope}/Concat"], nodes[f"{scope}/Slice"].input[0]
+    extra: list[onnx.NodeProto] = []
+    if fault == "interleaved":
+        ints = {f"{scope}/t_{k}": v for k, v in {"0": [0], "1": [1], "big": [1 << 30], "ax": [-1], "two": [2]}.items()}
+        out.graph.initializer.extend(numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items())
+        t = lambda k: f"{scope}/t_{k}"  # noqa: E731
+        extra = [helper.make_node("Slice", [x, t("0"), t("big"), t("ax"), t("two")], [f"{scope}/even"]),
+                 helper.make_node("Slice", [x, t("1"), t("big"), t("ax"), t("two")], [f"{scope}/odd"]),
+                 helper.make_node("Neg", [f"{scope}/odd"], [f"{scope}/odd_neg"]),
+                 helper.make_node("Unsqueeze", [f"{scope}/odd_neg", t("ax")], [f"{scope}/u0"]),
+                 helper.make_node("Unsqueeze", [f"{scope}/even", t("ax")], [f"{scope}/u1"]),
+                 helper.make_node("Concat", [f"{scope}/u0", f"{scope}/u1"], [f"{scope}/pairs"], axis=-1),
+                 helper.make_node("Shape", [x], [f"{scope}/x_shape"]),
+                 helper.make_node("Reshape", [f"{scope}/pairs", f"{scope}/x_shape"], [concat.output[0]])]
+        out.graph.node.remove(concat)
+    elif fault == "sign":
+        extra = [helper.make_node("Neg", [nodes[f"{scope}/Slice"].output[0]], [f"{scope}/lo_neg"])]
+        concat.input[:] = [nodes[f"{scope}/Slice_1"].output[0], f"{scope}/lo_neg"]
+    elif fault == "neg_lost":
+        concat.input[0] = nodes[f"{scope}/Slice_1"].output[0]
+    elif fault == "split":  # the head split at a quarter: Concat(-x[q:], x[:q])
+        q = int(numpy_helper.to_array(next(i for i in out.graph.initializer if i.name == f"{scope}/e0"))[0]) // 2
+        for init in out.graph.initializer:
+            if init.name in (f"{scope}/e0", f"{scope}/s1"):
+                init.CopyFrom(numpy_helper.from_array(np.array([q], np.int64), init.name))
+    elif fault == "cos_sin":
+        mul, mul1 = nodes[f"{scope}/Mul"], nodes[f"{scope}/Mul_1"]
+        mul.input[1], mul1.input[1] = mul1.input[1], mul.input[1]
+    at = next(i for i, n in enumerate(out.graph.node) if n.name == f"{scope}/Neg")
+    for k, n in enumerate(extra):
+        out.graph.node.insert(at + 1 + k, n)
+    return out
+
+
+@pytest.fixture(scope="module", params=[(2, 128), (3, 64)])
+def rope_base(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, onnx.ModelProto]:
+    from qnn_debug.baseline import run_baseline
+
+    layers, hidden = request.param
+    d = tmp_path_factory.mktemp(f"rope{layers}")
+    cfg = TinyQwen3Config(layers=layers, hidden=hidden, intermediate=2 * hidden)
+    w = make_weights(cfg)
+    feeds = prefill_inputs(cfg, w, [int(i) for i in np.random.default_rng(layers).integers(0, 256, size=8)])
+    model = build_graph(cfg, w, seq_len=8)
+    onnx.save(model, str(d / "llm.onnx"))
+    np.savez(d / "in.npz", **feeds)
+    run_baseline(d / "llm.onnx", d / "base", inputs=d / "in.npz", mnn_gate=False)
+    return d, model
+
+
+ROPE_FAULTS = {"interleaved": ("Concat", "pairs taken interleaved"), "sign": ("Concat", "sign on the other half"),
+               "neg_lost": ("Concat", "Neg lost"), "split": ("Concat", "head split at"),
+               "cos_sin": ("Mul", "cos and sin swapped")}
+
+
+@pytest.mark.parametrize("fault", list(ROPE_FAULTS))
+def test_a_wrong_rotary_layout_is_named_by_its_pattern_trial(rope_base: tuple[Path, onnx.ModelProto], fault: str):
+    """Targets are the decoder run (ORT CPU, every tensor) with one layer's rotary in another layout; compare names
+    the layout, and every rotary trial reports its SQNR."""
+    import onnxruntime as ort
+
+    from qnn_debug.onnx_graph import mark_all
+
+    d, model = rope_base
+    layer = 1
+    bad = mark_all(_rope_fault(model, layer, fault))
+    sess = ort.InferenceSession(bad.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = dict(np.load(d / "in.npz"))
+    names = [o.name for o in sess.get_outputs()]
+    np.savez(d / f"{fault}.npz", **feeds, **dict(zip(names, sess.run(names, feeds), strict=True)))
+    res = runner.invoke(app, ["compare", str(d / "base"), str(d / f"{fault}.npz"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    v, ff = out["verdict"], out["first_failing"]
+    op_type, words = ROPE_FAULTS[fault]
+    assert (v["kind"], v["pattern"]) == ("real_bug", "rotary_layout"), v["summary"]
+    assert ff["op_type"] == op_type and ff["op"].startswith(f"/layers.{layer}/self_attn/rotary_q/")
+    assert words in v["evidence"]["pattern_variant"] and v["evidence"]["pattern_sqnr_db"] > 60
+    rotary = [t for t in v["evidence"]["trials"] if t["pattern"] == "rotary_layout"]
+    assert rotary and all(t["sqnr_db"] is not None for t in rotary)
+    assert "rotary embedding with" in v["summary"]

@@ -282,6 +282,7 @@ def _pattern_words(pattern: str, best: Trial | None) -> str:
         "wrong_coordinates": f"the output is reproduced with {best.variant}",
         "wrong_semantics": f"the output is reproduced with {best.variant}",
         "permutation": f"the output is reproduced with {best.variant}",
+        "rotary_layout": f"the output is reproduced by a rotary embedding with {best.variant}",
         "scale_shift": f"{best.variant}",
         "constant": f"its output is constant ({best.variant})",
     }.get(pattern, best.variant)
