@@ -13,6 +13,7 @@ import pytest
 from onnx import numpy_helper
 from typer.testing import CliRunner
 
+from next_steps_check import check_steps
 from qnn_debug.cli import app
 from qnn_debug.llm.tiny_graph import TinyQwen3Config, build_graph, make_weights, prefill_inputs
 
@@ -124,8 +125,9 @@ def _fp16_range(c: dict) -> dict:
 
 @pytest.mark.parametrize(("size", "gain"), [(16, 2.0), (12, 1.6)])
 def test_l2norm_rescale_is_sized_from_the_sum_and_folded_into_the_conv(tmp_path: Path, size: int, gain: float):
-    """x*x leaves the range first (feat ~ 2x pixels, squares beyond 131008); its sum over C,H,W goes ~700x further.
-    The old advice sized 2^-2 from the square; folding it into the Conv still overflowed the sum."""
+    """x*x leaves the range first (feat ~ 2x pixels, squares beyond 131008); its sum over C,H,W goes ~280x further
+    (measured at size 16: square 3.1e5, sum 8.6e7). The old advice sized 2^-3 from the square, which left the sum
+    at 1.3e6; it is now 2^-7, and folding that into the Conv makes the run ok."""
     from numerics_models import l2norm_net, pixels
 
     model = l2norm_net(variant="global", conv=True, size=size)
@@ -137,6 +139,7 @@ def test_l2norm_rescale_is_sized_from_the_sum_and_folded_into_the_conv(tmp_path:
     k = ev["rescale_exponent"]
     assert ev["region_max_abs"] * 4.0 ** -k * 4 <= 65504  # the sum fits, with the 4x margin
     assert ev["rescale_producer"] == "mix" and ev["rescale_uses_outside"] == []
+    check_steps(c["next_steps"])
     why = c["next_steps"][0]["why"]
     assert f"fold 2^-{k} into mix's weights (Conv: multiply W and B by 2^-{k})" in why and "`sumsq`" in why
     fixed = _diagnose(tmp_path, "l2_fixed", _fold_into_conv(model, k), x)["compare"]["verdict"]
@@ -152,6 +155,7 @@ def test_rmsnorm_rescale_feeds_only_the_norm_and_fits_its_sum(tmp_path: Path, hi
     k = ev["rescale_exponent"]
     assert ev["region_max_abs"] * 4.0 ** -k * 4 <= 65504
     assert sorted(ev["rescale_uses_inside"]) == ["normalize", "square"] and ev["rescale_uses_outside"] == ["residual"]
+    check_steps(c["next_steps"])
     why = c["next_steps"][0]["why"]
     assert f"insert one Mul(`h`, 2^-{k})" in why and "residual keep reading the unscaled `h`" in why
     fixed = _diagnose(tmp_path, "rms_fixed", _scale_input(model, "h", ["square", "normalize"], k), feeds)["compare"]
@@ -222,6 +226,7 @@ def test_mnn_dump_locates_the_overflow_at_the_square_mnn_lowered_reduce_sum_squa
     assert inner["target_tensor"] == square and inner["target_at_rail"] > 0
     assert v["summary"].index(f"`{square}`") < v["summary"].index("`ss`"), v["summary"]
     assert "the target's own stage of sumsq (ReduceSumSquare" in v["summary"]
+    check_steps(out["next_steps"])
 
 
 def _rope_fault(model: onnx.ModelProto, layer: int, fault: str) -> onnx.ModelProto:
@@ -313,3 +318,4 @@ def test_a_wrong_rotary_layout_is_named_by_its_pattern_trial(rope_base: tuple[Pa
     rotary = [t for t in v["evidence"]["trials"] if t["pattern"] == "rotary_layout"]
     assert rotary and all(t["sqnr_db"] is not None for t in rotary)
     assert "rotary embedding with" in v["summary"]
+    check_steps(out["next_steps"])
