@@ -319,3 +319,41 @@ def test_a_wrong_rotary_layout_is_named_by_its_pattern_trial(rope_base: tuple[Pa
     assert rotary and all(t["sqnr_db"] is not None for t in rotary)
     assert "rotary embedding with" in v["summary"]
     check_steps(out["next_steps"])
+
+
+
+@pytest.mark.parametrize(("positions", "width", "gap"), [(8, 512, 0.03), (4, 1024, 0.05)])
+def test_a_flipped_top1_is_not_ok_even_when_the_output_is_at_its_floor(tmp_path: Path, positions: int, width: int,
+                                                                       gap: float):
+    """Logits whose best two tokens at one position are 1-2 % apart (far more than fp16 resolves) and a target that
+    swaps them: every tensor is at the floor (SQNR > 55 dB), the answer is not — precision, with the miss counted;
+    the unswapped run is ok."""
+    from onnx import TensorProto, helper
+
+    from qnn_debug.baseline import run_baseline
+
+    x = np.clip(np.random.default_rng(width).normal(0, 1, (1, positions, width)), -2.5, 2.5).astype(np.float32)
+    x[0, 0, :2] = [3.0, 3.0 - gap]
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "one"], ["logits"], name="head")], "head",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, list(x.shape))],
+                              [numpy_helper.from_array(np.array(1.0, np.float32), "one")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "in.npz", x=x)
+    run_baseline(tmp_path / "m.onnx", tmp_path / "base", inputs=tmp_path / "in.npz", mnn_gate=False)
+    flipped = x.copy()
+    flipped[0, 0, :2] = flipped[0, 0, 1::-1]
+    np.savez(tmp_path / "same.npz", x=x, logits=x)
+    np.savez(tmp_path / "flip.npz", x=x, logits=flipped)
+    same = json.loads(runner.invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "same.npz"),
+                                          "--json"]).stdout)
+    assert same["verdict"]["kind"] == "ok", same["verdict"]["summary"]
+    res = runner.invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "flip.npz"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    v, e2e = out["verdict"], out["verdict"]["evidence"]["end_to_end"]["logits"]
+    assert e2e["sqnr_db"] > 55.0
+    assert v["kind"] == "precision", v["summary"]
+    assert (e2e["top1_agree"], e2e["top1_positions"]) == (positions - 1, positions)
+    assert "top-1 differs from the reference's at 1 of" in v["summary"]
+    check_steps(out["next_steps"])

@@ -2,8 +2,8 @@
 
 A healthy fp16 run may sit a few dB below its floor on every output and still be right where it matters: its
 argmax along the last axis (the token of an LLM's logits, the class of a classifier) matches the reference's.
-A position counts as agreeing when the reference value at the target's argmax is within the target's own noise
-of the reference's maximum (a near-tie that fp16 rounding flips is not a wrong answer).
+A position counts as agreeing when the reference value at the target's argmax is within the target's own noise,
+or two fp16 steps, of the reference's maximum (a near-tie that fp16 rounding flips is not a wrong answer).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from .schema import TensorRow
 
 MAX_ELEMENTS = 1 << 24  # outputs larger than this are not re-read for the check
 TIE_SIGMAS = 3.0  # a near-tie: the reference gap is within this many RMS errors of the target
+TIE_ULPS = 2.0  # ... or within this many fp16 steps of the maximum (a tie fp16 cannot resolve)
 NOISY = 0.1  # ... as long as that error is small next to the row's spread (else only an exact match agrees)
 
 
@@ -49,7 +50,9 @@ def top1_agreement(reference: Run, target: Run, outputs: Iterable[str], rows: di
             continue
         noise = np.sqrt(np.mean((t2 - r2) ** 2, axis=1))
         noise = np.where(noise <= NOISY * r2.std(axis=1), noise, 0.0)  # a badly-off row earns no tie margin
+        top = r2.max(axis=1)
+        ulp = np.spacing(np.abs(top).astype(np.float16)).astype(np.float64)  # what fp16 resolves there
         picked = r2[np.arange(len(r2)), np.argmax(t2, axis=1)]
-        agree = picked >= r2.max(axis=1) - TIE_SIGMAS * noise
+        agree = picked >= top - np.maximum(TIE_SIGMAS * noise, TIE_ULPS * ulp)
         out[name] = Top1(agree=int(np.count_nonzero(agree)), positions=len(r2))
     return out

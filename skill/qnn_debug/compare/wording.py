@@ -41,6 +41,7 @@ from .verdict import (
     floor_fails,
     poor_floor_outputs,
     ref_name,
+    top1_misses,
     unresolved,
 )
 
@@ -221,7 +222,11 @@ def _precision(d: Decision, fs: Findings, th: Thresholds) -> str:
     why = ("no op shows a jump beyond the floor" if not fs.findings else
            "every suspect op reproduces the target on its own inputs" if not open_ else
            f"{len(open_)} suspect op(s) could not be re-run to tell (see evidence)")
-    return f"Precision, not a wrong op: {where}, but {why}."
+    misses = top1_misses(fs)
+    top = ("; the target's top-1 differs from the reference's at " + ", ".join(
+        f"{t.positions - t.agree} of {t.positions} positions of {n!r}" for n, t in list(misses.items())[:3])
+        if misses else "")
+    return f"Precision, not a wrong op: {where}, but {why}{top}."
 
 
 def _poor_floor(d: Decision, fs: Findings, th: Thresholds) -> str:
