@@ -357,3 +357,27 @@ def test_a_flipped_top1_is_not_ok_even_when_the_output_is_at_its_floor(tmp_path:
     assert (e2e["top1_agree"], e2e["top1_positions"]) == (positions - 1, positions)
     assert "top-1 differs from the reference's at 1 of" in v["summary"]
     check_steps(out["next_steps"])
+
+
+def test_halves_where_the_model_pairs_interleaved_is_named_too(rope_base: tuple[Path, onnx.ModelProto]):
+    """The reverse: the model's rotary pairs x[2i], x[2i+1] (rotate_every_two) in one layer, the target pairs halves."""
+    import onnxruntime as ort
+
+    from qnn_debug.baseline import run_baseline
+    from qnn_debug.onnx_graph import mark_all
+
+    d, model = rope_base
+    onnx.save(_rope_fault(model, 1, "interleaved"), str(d / "pairs.onnx"))
+    run_baseline(d / "pairs.onnx", d / "pairs_base", inputs=d / "in.npz", mnn_gate=False, force=True)
+    sess = ort.InferenceSession(mark_all(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = dict(np.load(d / "in.npz"))
+    names = [o.name for o in sess.get_outputs()]
+    np.savez(d / "halves.npz", **feeds, **dict(zip(names, sess.run(names, feeds), strict=True)))
+    res = runner.invoke(app, ["compare", str(d / "pairs_base"), str(d / "halves.npz"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    v, ff = out["verdict"], out["first_failing"]
+    assert (v["kind"], v["pattern"]) == ("real_bug", "rotary_layout"), v["summary"]
+    assert ff["op_type"] == "Reshape" and "pairs taken as halves" in v["evidence"]["pattern_variant"]
+    assert v["evidence"]["pattern_sqnr_db"] > 60
+    check_steps(out["next_steps"])

@@ -1,6 +1,7 @@
 """Rotary embedding (RoPE) layouts: the mistakes real ports make, as alternatives the pattern trials score.
 
-The model's rotary block in torch-export form: ``rotate_half(x) = Concat(Neg(x[..., h:]), x[..., :h])`` and
+The model's rotary block in torch-export form: ``rotate_half(x) = Concat(Neg(x[..., h:]), x[..., :h])`` (or the
+interleaved ``rotate_every_two``: pairs ``x[2i], x[2i+1]`` stacked and reshaped) and
 ``y = x * cos + rotate_half(x) * sin``. Ports get it wrong in a few recurring ways: pairs taken interleaved
 (``x[2i], x[2i+1]``, GPT-J / Meta layout) where the model pairs halves (NeoX / Qwen layout), the sign on the other
 half (rotating the other way), the Neg lost, cos and sin swapped, or the head split at another point (a partial
@@ -22,8 +23,9 @@ class RotaryBlock:
     """One rotary block of the model: its input, the rotate-half output, and the cos/sin products if present."""
 
     x: str
-    rotated: str  # the rotate_half Concat's output
-    node: str  # that Concat's name
+    rotated: str  # the rotate-half output (a Concat; a Reshape of stacked pairs in the interleaved form)
+    node: str  # the op computing it
+    interleaved: bool = False  # the model pairs x[2i], x[2i+1] (GPT-J / Meta form) instead of halves
     cos: str | None = None
     sin: str | None = None
     sin_product: str | None = None  # rotate_half(x) * sin
@@ -43,14 +45,9 @@ def find_block(nodes: list[onnx.NodeProto], tensor: str) -> RotaryBlock | None:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
     for n in nodes:
-        if n.op_type != "Concat" or len(n.input) != 2:
+        block = _rotate_half(n, producer) or _rotate_pairs(n, producer)
+        if block is None:
             continue
-        neg = producer.get(n.input[0])
-        x_hi = _source(producer.get(_source(neg, "Neg") or ""), "Slice")
-        x_lo = _source(producer.get(n.input[1]), "Slice")
-        if x_hi is None or x_hi != x_lo:
-            continue
-        block = RotaryBlock(x=x_hi, rotated=n.output[0], node=n.name)
         for mul in consumers.get(block.rotated, []):
             if mul.op_type != "Mul" or len(mul.input) != 2:
                 continue
@@ -63,6 +60,47 @@ def find_block(nodes: list[onnx.NodeProto], tensor: str) -> RotaryBlock | None:
         if tensor in (block.rotated, block.sin_product, block.cos_product, block.output):
             return block
     return None
+
+
+def _rotate_half(n: onnx.NodeProto, producer: Mapping[str, onnx.NodeProto]) -> RotaryBlock | None:
+    """``Concat(Neg(Slice(x)), Slice(x))``: the halves form (torch ``rotate_half``)."""
+    if n.op_type != "Concat" or len(n.input) != 2:
+        return None
+    x_hi = _source(producer.get(_source(producer.get(n.input[0]), "Neg") or ""), "Slice")
+    x_lo = _source(producer.get(n.input[1]), "Slice")
+    return RotaryBlock(x=x_hi, rotated=n.output[0], node=n.name) if x_hi is not None and x_hi == x_lo else None
+
+
+def _rotate_pairs(n: onnx.NodeProto, producer: Mapping[str, onnx.NodeProto]) -> RotaryBlock | None:
+    """``Reshape(Concat(Unsqueeze(Neg(x[1::2])), Unsqueeze(x[0::2])))``: the interleaved form (``rotate_every_two``)."""
+    if n.op_type != "Reshape" or not n.input:
+        return None
+    cat = producer.get(n.input[0])
+    if cat is None or cat.op_type != "Concat" or len(cat.input) != 2:
+        return None
+    odd = _source(producer.get(_source(producer.get(_source(producer.get(cat.input[0]), "Unsqueeze") or ""), "Neg")
+                               or ""), "Slice")
+    even = _source(producer.get(_source(producer.get(cat.input[1]), "Unsqueeze") or ""), "Slice")
+    if odd is None or odd != even:
+        return None
+    return RotaryBlock(x=odd, rotated=n.output[0], node=n.name, interleaved=True)
+
+
+def pair_variants(x: np.ndarray) -> dict[str, np.ndarray]:
+    """rotate-every-two as the wrong layouts compute it (the model's own: ``out[2i] = -x[2i+1], out[2i+1] = x[2i]``)."""
+    d = x.shape[-1]
+    if d % 2:
+        return {}
+    h = d // 2
+    out: dict[str, np.ndarray] = {
+        "pairs taken as halves (x[i], x[i+d/2]) where the model pairs interleaved (x[2i], x[2i+1])":
+            np.concatenate([-x[..., h:], x[..., :h]], axis=-1)}
+    other, lost = np.empty_like(x), np.empty_like(x)
+    other[..., 0::2], other[..., 1::2] = x[..., 1::2], -x[..., 0::2]
+    lost[..., 0::2], lost[..., 1::2] = x[..., 1::2], x[..., 0::2]
+    out["sign on the other element of each pair (rotated the other way)"] = other
+    out["Neg lost (out[2i] = x[2i+1])"] = lost
+    return out
 
 
 def rotate_variants(x: np.ndarray) -> dict[str, np.ndarray]:
@@ -88,7 +126,7 @@ def alternatives(block: RotaryBlock, tensor: str, values: Mapping[str, np.ndarra
     """Each wrong layout's value of ``tensor`` (the block's rotate-half output, its products with cos or sin, or its sum),
     from ``values`` of the block's inputs (x, and cos/sin where the tensor needs them)."""
     x = values[block.x].astype(np.float64)
-    rotated = rotate_variants(x)
+    rotated = pair_variants(x) if block.interleaved else rotate_variants(x)
     if tensor == block.rotated:
         return rotated
     sin = values.get(block.sin or "")
@@ -104,6 +142,10 @@ def alternatives(block: RotaryBlock, tensor: str, values: Mapping[str, np.ndarra
         return {}
     cos = cos.astype(np.float64)
     out = {k: x * cos + v * sin for k, v in rotated.items()}
-    nominal = np.concatenate([-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]], axis=-1)
+    nominal = np.empty_like(x)
+    if block.interleaved:
+        nominal[..., 0::2], nominal[..., 1::2] = -x[..., 1::2], x[..., 0::2]
+    else:
+        nominal = np.concatenate([-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]], axis=-1)
     out["cos and sin swapped (x * sin + rotate_half(x) * cos)"] = x * sin + nominal * cos
     return out
