@@ -27,7 +27,7 @@ def lower_for_simulator(model: Any) -> list[str]:
     out: list[Any] = []
     warnings: list[str] = []
     for node in nodes:
-        if node.op_type != "ReduceSumSquare" or node.domain not in ("", "ai.onnx"):
+        if node.op_type != "ReduceSumSquare" or node.domain not in ("", "ai.onnx") or not node.input or not node.output:
             out.append(node)
             continue
         y = node.output[0]
