@@ -1,5 +1,5 @@
 """fp16 range: HTP's exponent-31 codes are finite, the baseline says which tensors are not fp16-safe, and the
-verdict of a model that leaves the fp16 range is precision/nan_inf at the first op that does, with remedies —
+verdict of a model that leaves the fp16 range is precision/fp16_range at the first op that does, with remedies —
 L2-norm on raw pixels and an LLM-shaped decoder with large residual channels, on the HTP simulator, through
 diagnose (CLI) and compare on an .npz of the same run."""
 
@@ -62,13 +62,13 @@ L2_CASES = [("global", 3, 32), ("channel", 3, 24), ("pow", 4, 16)]
 
 
 @pytest.mark.parametrize(("variant", "channels", "size"), L2_CASES)
-def test_l2norm_on_raw_pixels_is_precision_nan_inf_at_the_sum_of_squares(tmp_path: Path, variant: str, channels: int,
+def test_l2norm_on_raw_pixels_is_precision_fp16_range_at_the_sum_of_squares(tmp_path: Path, variant: str, channels: int,
                                                                           size: int):
     out = _diagnose(tmp_path, "l2", l2norm_net(variant=variant, channels=channels, size=size),
                     {"x": pixels(channels, size)})
     c = out["compare"]
     v, ff = c["verdict"], c["first_failing"]
-    assert (v["kind"], v["pattern"]) == ("precision", "nan_inf"), v["summary"]
+    assert (v["kind"], v["pattern"]) == ("precision", "fp16_range"), v["summary"]
     assert ff["op"] == "sumsq" and ff["tensor"] == "sumsq"
     ev = v["evidence"]["fp16_range"]
     assert ev["reference_max_abs"] > 65504 and ev["inputs_max_abs"] <= 65504
@@ -101,7 +101,7 @@ def test_llm_decoder_with_outlier_channels_overflows_at_the_first_rmsnorm(tmp_pa
     model = decoder_llm(hidden=hidden, layers=layers, big_value=big, tokens=16)
     out = _diagnose(tmp_path, "dec", model, {"ids": token_ids(16, 96)})
     v, ff = out["compare"]["verdict"], out["compare"]["first_failing"]
-    assert (v["kind"], v["pattern"]) == ("precision", "nan_inf"), v["summary"]
+    assert (v["kind"], v["pattern"]) == ("precision", "fp16_range"), v["summary"]
     assert ff["op"] == "l0_in_norm_pow"
     assert v["evidence"]["fp16_range"]["scale_invariant"] == "RMSNorm"
     assert "RMSNorm" in " ".join(s["why"] for s in out["compare"]["next_steps"])
@@ -109,5 +109,5 @@ def test_llm_decoder_with_outlier_channels_overflows_at_the_first_rmsnorm(tmp_pa
     run = load_run(tmp_path / "dec" / "htp-sim")
     np.savez(tmp_path / "dec.npz", **{t.name: np.asarray(run.array(t.name)) for t in run.tensors})
     res = compare_paths(tmp_path / "dec" / "baseline", tmp_path / "dec.npz")
-    assert (res.verdict.kind, res.verdict.pattern) == ("precision", "nan_inf"), res.verdict.summary
+    assert (res.verdict.kind, res.verdict.pattern) == ("precision", "fp16_range"), res.verdict.summary
     assert res.first_failing is not None and res.first_failing.op == "l0_in_norm_pow"

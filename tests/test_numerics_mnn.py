@@ -1,5 +1,5 @@
 """MNN QNN dumps where the numerics are hard: HTP's exponent-31 fp16 codes are no NaN/Inf (an L2-norm on raw pixels
-is precision/nan_inf at the sum of squares, located through the .mnn), and a fused Deconvolution (ConvTranspose +
+is precision/fp16_range at the sum of squares, located through the .mnn), and a fused Deconvolution (ConvTranspose +
 bias + BN + ReLU in one MNN op) whose ReLU is missing names the MNN op, its t<N> and the nodes it covers, with the
 fused-activation pattern. Dumps are written by a test double of MNN's dumper from real simulator / ORT values."""
 
@@ -30,7 +30,7 @@ def _mnn_model(base: Path) -> Path:
 
 
 @pytest.mark.parametrize(("variant", "conv", "size"), [("channel", True, 32), ("pow", False, 24)])
-def test_htp_dump_with_exponent_31_codes_is_precision_not_nan_inf(tmp_path: Path, variant: str, conv: bool, size: int):
+def test_htp_dump_with_exponent_31_codes_is_precision_fp16_range(tmp_path: Path, variant: str, conv: bool, size: int):
     onnx.save(l2norm_net(variant=variant, conv=conv, size=size), str(tmp_path / "m.onnx"))
     np.savez(tmp_path / "in.npz", x=pixels(3, size))
     run_baseline(tmp_path / "m.onnx", tmp_path / "base", inputs=tmp_path / "in.npz")
@@ -44,7 +44,7 @@ def test_htp_dump_with_exponent_31_codes_is_precision_not_nan_inf(tmp_path: Path
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     v = out["verdict"]
-    assert (v["kind"], v["pattern"]) == ("precision", "nan_inf"), v["summary"]
+    assert (v["kind"], v["pattern"]) == ("precision", "fp16_range"), v["summary"]
     assert out["first_failing"]["tensor"] == "sumsq"
     assert v["evidence"]["fp16_range"]["target_nonfinite"] == 0 and v["evidence"]["fp16_range"]["rail"] == 131008.0
     assert not any(t["metrics"].get("inf") or t["metrics"].get("nan") for t in out["tensors"])
@@ -105,7 +105,7 @@ def test_ieee_fp16_producer_is_read_as_inf_only_when_asked(tmp_path: Path):
                                    "--json"])
     assert res.exit_code == 0, res.output
     v = json.loads(res.stdout)["verdict"]
-    assert (v["kind"], v["pattern"]) == ("precision", "nan_inf"), v["summary"]
+    assert (v["kind"], v["pattern"]) == ("precision", "fp16_range"), v["summary"]
     assert v["evidence"]["fp16_range"]["target_nonfinite"] > 0 and "IEEE" in v["summary"]
     bad = CliRunner().invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "dump"), "--fp16-codes", "x",
                                    "--json"])

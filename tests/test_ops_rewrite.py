@@ -52,3 +52,49 @@ def test_an_op_only_emitted_inside_another_is_not_probed_as_that_other_op(op: st
     with pytest.raises(BadInputError) as e:
         lookup_op_constraints(op, probe=True)
     assert "nothing to probe" in e.value.message
+
+
+def _l2norm_reduce_sum_square(opset: int):
+    """x / sqrt(ReduceSumSquare(x) + eps) over channels; axes as an attribute before opset 18, an input from it on."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.array(1e-6, np.float32), "eps")]
+    if opset >= 18:
+        inits.append(numpy_helper.from_array(np.array([1], np.int64), "axes"))
+        rss = helper.make_node("ReduceSumSquare", ["x", "axes"], ["ss"], name="sumsq", keepdims=1)
+    else:
+        rss = helper.make_node("ReduceSumSquare", ["x"], ["ss"], name="sumsq", keepdims=1, axes=[1])
+    nodes = [rss, helper.make_node("Add", ["ss", "eps"], ["ss_eps"], name="add_eps"),
+             helper.make_node("Sqrt", ["ss_eps"], ["norm"], name="norm"),
+             helper.make_node("Div", ["x", "norm"], ["y"], name="normalize")]
+    graph = helper.make_graph(nodes, "l2_rss", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_diagnose_lowers_reduce_sum_square_for_the_simulator_and_says_so(tmp_path, opset: int) -> None:
+    """The simulator refuses ReduceSumSquare; the run gets ReduceSum(Mul(x, x)) as MNN's converter lowers it,
+    under the node's own name, with a warning — no graph surgery left to the user."""
+    import json
+
+    import numpy as np
+    import onnx
+    from typer.testing import CliRunner
+
+    from qnn_debug.cli import app
+    from qnn_debug.runstore import load_run
+
+    onnx.save(_l2norm_reduce_sum_square(opset), str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "in.npz", x=np.random.default_rng(opset).normal(0, 1, (1, 8, 8, 8)).astype(np.float32))
+    res = CliRunner().invoke(app, ["diagnose", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "in.npz"),
+                                   "--out", str(tmp_path / "d"), "--no-mnn-gate", "--json"])
+    assert res.exit_code == 0, res.output
+    c = json.loads(res.stdout)["compare"]
+    assert c["verdict"]["kind"] == "ok", c["verdict"]["summary"]
+    said = [w for w in c["warnings"] if "ReduceSumSquare 'sumsq' rewritten to ReduceSum(Mul(x, x))" in w]
+    assert said and "MNN's converter" in said[0]
+    run = load_run(tmp_path / "d" / "htp-sim")
+    assert any("ReduceSumSquare" in w for w in run.record.warnings)
+    assert run.has("ss") and run.info("ss").op == "sumsq"  # the sum keeps the node's name and output

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import BadInputError
 from ..runstore import Equivalence, Run, TensorRecord
-from .localize import OpNode, ops_behind
+from .localise import OpNode, ops_behind
 from .metrics import ErrorStats, ScratchArrays
 from .npy_stream import NpyStream, prefetch
 from .schema import UnalignedRow

@@ -108,8 +108,9 @@ def check_suspect(index: ModelIndex, suspect: Suspect, reference: Run, target: R
                   observed_as: Mapping[str, str] | None = None) -> tuple[Finding, PatternContext | None]:
     """Local error of the suspect, and (when it is wrong) what the pattern tests need."""
     names = [n.name for n in suspect.segment] + [suspect.op.name]
+    fetch = fetcher(reference, target, observed_as)
     try:
-        run = prepare(index, names, fetcher(reference, target, observed_as))
+        run = prepare(index, names, fetch)
     except LocalRunError as e:
         return Finding(suspect, LocalError(note=str(e), segment=names)), None
     rec = target.info((observed_as or {}).get(suspect.tensor, suspect.tensor))
@@ -124,5 +125,6 @@ def check_suspect(index: ModelIndex, suspect: Suspect, reference: Run, target: R
     if le.ok is False and suspect.tensor in run.outputs:
         local = run.outputs[suspect.tensor]
         if local.size == target_out.size:
-            context = PatternContext(run, suspect.tensor, target_out.reshape(local.shape), le.sqnr_db, quantized, th)
+            context = PatternContext(run, suspect.tensor, target_out.reshape(local.shape), le.sqnr_db, quantized, th,
+                                     fetch=fetch)
     return finding, context

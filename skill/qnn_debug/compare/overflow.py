@@ -5,14 +5,15 @@ An op whose reference output exceeds 65504 while its inputs fit cannot be run by
 saturates at 131008 (no inf), an IEEE producer gives inf, the fp16 floor clips at 65504. Its local re-run
 (fp32 on the target's inputs) then disagrees by a lot, which looks like a wrong op; it is not — the model
 is not fp16-safe there. The finding names that op, the reference's magnitude, and how much of the target
-sits at the rail, so the verdict can say ``precision`` / ``nan_inf`` with numbers.
+sits at the rail, so the verdict can say ``precision`` / ``fp16_range`` with numbers
+(range saturation: nothing need be NaN or inf).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,23 @@ RAILS = (FP16_MAX, 65536.0, HTP_FP16_MAX)
 
 
 @dataclass
+class InnerOverflow:
+    """A tensor the target computes inside one model op (MNN lowers ReduceSumSquare to a square and a sum): the
+    first place the run leaves the fp16 range, before the model op's own output."""
+
+    tensor: str  # the target's tensor name (e.g. MNN's ``BinaryOp3``)
+    op: str | None  # the target's op computing it
+    op_type: str | None
+    target_max: float
+    at_rail: int
+    size: int
+
+    def evidence(self) -> dict[str, Any]:
+        return {"target_tensor": self.tensor, "target_op": self.op, "target_op_type": self.op_type,
+                "target_max_abs": _g(self.target_max), "target_at_rail": self.at_rail, "elements": self.size}
+
+
+@dataclass
 class Overflow:
     """The first op that leaves the fp16 range, with the target's numbers there."""
 
@@ -52,14 +70,21 @@ class Overflow:
     later_unsafe: int = 0  # further tensors beyond 65504 downstream
     downstream: list[str] | None = None  # op types that consume the overflowing value (nearest first)
     source: str | None = None  # the op's first float input: what a rescale multiplies
+    region_max: float = 0.0  # the largest reference value from the op up to the normalisation (what a rescale must fit)
+    region_tensor: str | None = None  # ... and the tensor that reaches it
+    producer: OpNode | None = None  # the op computing ``source`` (None: a graph input)
+    uses_inside: list[str] = field(default_factory=list)  # ops reading ``source`` inside the scale-invariant region
+    uses_outside: list[str] = field(default_factory=list)  # ops reading ``source`` that a rescale must not reach
+    inner: InnerOverflow | None = None  # the target's own tensor inside the op that leaves the range first
 
     @property
     def dumped(self) -> bool:
         return self.row is not None
 
     def rescale_exponent(self) -> int:
-        """k such that scaling the op's input by 2**-k brings its output below 65504 / HEADROOM."""
-        factor = self.ref_max * HEADROOM / FP16_MAX
+        """k such that scaling the op's input by 2**-k brings the largest value of the region it starts (up to the
+        normalisation: the sum of squares after the square, not just the square) below 65504 / HEADROOM."""
+        factor = max(self.ref_max, self.region_max) * HEADROOM / FP16_MAX
         k = math.log2(max(factor, 1.0))
         return max(1, math.ceil(k / 2 if self.squaring else k))
 
@@ -71,7 +96,13 @@ class Overflow:
                 "rail": self.rail, "target_at_rail": self.at_rail, "reference_beyond_fp16": self.ref_beyond,
                 "elements": self.size, "rescale_exponent": self.rescale_exponent(), "squaring": self.squaring,
                 "later_unsafe_tensors": self.later_unsafe, "downstream_op_types": self.downstream or [],
-                "rescale_input": self.source, "scale_invariant": scale_invariant(self.op.op_type, self.downstream or [])}
+                "rescale_input": self.source, "scale_invariant": scale_invariant(self.op.op_type, self.downstream or []),
+                "region_max_abs": _g(max(self.ref_max, self.region_max)),
+                "region_max_tensor": self.region_tensor or self.tensor,
+                "rescale_producer": self.producer.name if self.producer is not None else None,
+                "rescale_producer_type": self.producer.op_type if self.producer is not None else None,
+                "rescale_uses_inside": self.uses_inside, "rescale_uses_outside": self.uses_outside,
+                **({"inside_op": self.inner.evidence()} if self.inner is not None else {})}
 
 
 # Ops whose result does not change (up to eps) when their input is multiplied by a constant: the place to
@@ -154,7 +185,8 @@ def _find(ops: list[OpNode], rows: Mapping[str, TensorRow], maxima: Mapping[str,
                          input_max=max((maxima.get(i, 0.0) for i in op.inputs), default=0.0),
                          row=rows.get(tensor), squaring=squaring,
                          later_unsafe=max(0, len(unsafe) - 1), downstream=_downstream(tensor, consumers),
-                         source=source)
+                         source=source, producer=producer.get(source) if source is not None else None)
+        _region(found, consumers, maxima)
         if found.row is None:
             later = [r for r in rows.values() if r.position >= op.position and r.status == "bad"]
             if later:
@@ -164,7 +196,81 @@ def _find(ops: list[OpNode], rows: Mapping[str, TensorRow], maxima: Mapping[str,
         poor = (found.row.metrics.get("sqnr_db") or 0.0) < POOR_SQNR_DB
         near = found.target_max is not None and found.target_max >= NEAR_RAIL * FP16_MAX
         if found.nonfinite or (near and (found.at_rail or poor)):
+            found.inner = _inner(found, rows, reference, target)
             return found
+    return None
+
+
+# Where a scale-invariant region ends: its output no longer grows with the input's scale.
+_REGION_ENDS = _NORMALIZING | {"Softmax", "LayerNormalization", "ReduceL2"}
+REGION_OPS = 8  # how far downstream the region is followed
+
+
+def _region(found: Overflow, consumers: Mapping[str, list[OpNode]], maxima: Mapping[str, float]) -> None:
+    """The largest value from the overflowing op up to the normalisation, and which readers of the rescaled
+    input sit inside that region (a rescale must reach all of those and none of the others)."""
+    order = [found.tensor]  # breadth first: on a tie (x + eps) the earlier tensor is named
+    region = {found.tensor}
+    ends: set[str] = set()  # the normaliser's outputs (the norm a Div divides by)
+    frontier, ops_seen = [found.tensor], 0
+    while frontier and ops_seen < REGION_OPS:
+        nxt: list[str] = []
+        for name in frontier:
+            for op in consumers.get(name, []):
+                ops_seen += 1
+                if op.op_type in _REGION_ENDS:
+                    ends.update(op.outputs)
+                    continue
+                for out in op.outputs:
+                    if out not in region:
+                        region.add(out)
+                        order.append(out)
+                        nxt.append(out)
+        frontier = nxt
+    top = max(order, key=lambda t: maxima.get(t, 0.0))
+    found.region_max, found.region_tensor = maxima.get(top, 0.0), top
+    if found.source is None:
+        return
+    reached = region | _norms(ends, consumers)
+    for op in {op.name: op for op in consumers.get(found.source, [])}.values():  # x*x lists its reader twice
+        inside = op.name == found.op.name or any(o in region or o in found.op.inputs for o in op.outputs) or any(
+            i in reached for i in op.inputs if i != found.source)
+        (found.uses_inside if inside else found.uses_outside).append(op.name)
+
+
+def _norms(ends: set[str], consumers: Mapping[str, list[OpNode]]) -> set[str]:
+    """The normaliser's outputs and what inverts them alone (``Div(1, Sqrt(..))``, ``Reciprocal``): what the
+    readers inside the region multiply or divide the rescaled value by."""
+    out = set(ends)
+    for t in list(ends):
+        for op in consumers.get(t, []):
+            if op.op_type in _NORMALIZING and all(i in out for i in op.inputs):
+                out.update(op.outputs)
+    return out
+
+
+def _inner(found: Overflow, rows: Mapping[str, TensorRow], reference: Run, target: Run) -> InnerOverflow | None:
+    """The first tensor the target holds between the op's inputs and its output (a tensor of the target's own
+    lowering of the op, which the reference does not have) that sits at the rail."""
+    if found.row is None or not target.has(found.row.name):
+        return None
+    end = target.info(found.row.name).position
+    starts = [target.info(rows[i].name).position for i in found.op.inputs if i in rows and target.has(rows[i].name)]
+    start = max(starts, default=-1)
+    inside = sorted((t for t in target.tensors if start < t.position < end and "@" not in t.name
+                     and not reference.has(t.name) and t.kind != "input"), key=lambda t: t.position)
+    for rec in inside:
+        arr = np.asarray(target.array(rec.name), dtype=np.float64).reshape(-1)
+        if arr.dtype.kind != "f" or not arr.size:
+            continue
+        mags = np.abs(arr[np.isfinite(arr)])
+        top = float(mags.max()) if mags.size else 0.0
+        bad = int(arr.size - mags.size)
+        rail = next((r for r in RAILS if abs(top - r) <= (1.0 - AT_RAIL) * r), None)
+        at = bad + (int(np.count_nonzero(np.abs(mags - rail) <= (1.0 - AT_RAIL) * rail)) if rail else 0)
+        if at and (bad or top >= NEAR_RAIL * FP16_MAX):
+            return InnerOverflow(tensor=rec.name, op=rec.op, op_type=rec.op_type, target_max=top, at_rail=at,
+                                 size=int(arr.size))
     return None
 
 

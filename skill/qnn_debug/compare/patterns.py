@@ -9,7 +9,9 @@ Patterns (the ``verdict.pattern`` vocabulary): ``nan_inf``, ``zero_input`` (the 
 data input were zeros), ``bias_only`` (the same for an op with a bias: output == bias per channel),
 ``wrong_coordinates`` (Resize coordinate or rounding mode), ``wrong_semantics`` (another axis, mode, or
 a missing bias), ``permutation`` (right values, wrong places: NHWC flatten order, conv weight layout),
-``scale_shift`` (target ≈ a·x + b), ``constant``.
+``scale_shift`` (target ≈ a·x + b), ``constant``, ``rotary_layout`` (a rotary embedding computed with another
+layout: interleaved pairs, the sign on the other half, the Neg lost, cos/sin swapped, another split; see
+:mod:`.rotary`).
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..runstore import Run
-from .local_error import LocalRun, LocalRunError
+from .local_error import Fetch, LocalRun, LocalRunError
 from .metrics import error_stats, metric_values
 from .overflow import Overflow, find_overflow, reference_maxima
 from .quant_detect import RangeClip, find_range_clip
+from .rotary import alternatives, find_block
 from .thresholds import Thresholds
 
 if TYPE_CHECKING:
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
     from .rows import Measured
 
 # Most specific first: when several trials match, the earlier pattern wins.
-PRIORITY = ["nan_inf", "zero_input", "bias_only", "wrong_coordinates", "wrong_semantics", "permutation",
+PRIORITY = ["nan_inf", "zero_input", "bias_only", "rotary_layout", "wrong_coordinates", "wrong_semantics", "permutation",
             "scale_shift", "constant"]
 BIAS_OPS = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}
 FLATTENING_OPS = {"Flatten", "Reshape", "Gemm", "MatMul", "Squeeze"}
@@ -62,6 +65,7 @@ class PatternContext:
     nominal_sqnr_db: float | None  # target vs the op's own semantics (the local error)
     quantized: bool
     th: Thresholds
+    fetch: Fetch | None = None  # other tensors of the model (the target's values where it has them)
 
     @property
     def local(self) -> np.ndarray:
@@ -151,6 +155,31 @@ def zero_inputs(ctx: PatternContext) -> list[Trial]:
         if t is not None:
             trials.append(t)
     return trials
+
+
+@pattern_test
+def rotary_layout(ctx: PatternContext) -> list[Trial]:
+    """A rotary block (rotate_half, its product with sin, or its sum) computed with another layout."""
+    block = find_block(list(ctx.run.index.nodes.values()), ctx.tensor)
+    if block is None:
+        return []
+    values = {n: v for n in (block.x, block.cos, block.sin) if n is not None and (v := _value(ctx, n)) is not None}
+    if block.x not in values:
+        return []
+    return [Trial("rotary_layout", f"{label}, in the rotary block of {block.node}", ctx.score(alt),
+                  {"rotary_block": block.node, "rotary_input": block.x})
+            for label, alt in alternatives(block, ctx.tensor, values).items()]
+
+
+def _value(ctx: PatternContext, name: str) -> np.ndarray | None:
+    """A tensor's value: a feed of the segment, an initializer, or fetched from the runs."""
+    if name in ctx.run.feeds:
+        return ctx.run.feeds[name]
+    if name in ctx.run.index.initializers:
+        return numpy_helper.to_array(ctx.run.index.initializers[name])
+    if ctx.fetch is not None and (got := ctx.fetch(name)) is not None:
+        return got[0]
+    return None
 
 
 @pattern_test

@@ -34,8 +34,9 @@ from .options import CompareOptions
 from .patterns import find_patterns
 from .rows import PREFETCH_AHEAD, measure
 from .schema import CompareResult
+from .top1 import top1_agreement
 from .trust import mark_trust
-from .verdict import Findings, decide, name_on_target, note_unchecked
+from .verdict import Findings, decide, mark_first_failing, name_on_target, note_unchecked
 
 __all__ = ["PREFETCH_AHEAD", "CompareOptions", "compare_paths", "compare_runs", "resolve_model"]
 
@@ -168,10 +169,12 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
     patterns = find_patterns(rerun, measured, located, ref, target, semantics=opts.patterns)
     # 6. verdict
     findings = Findings.gather(measured, located, rerun, patterns, outputs=list(ref.record.outputs),
-                               observer_effect_db=target.record.observer_effect_db, has_floor=side.floor is not None)
+                               observer_effect_db=target.record.observer_effect_db, has_floor=side.floor is not None,
+                               top1=top1_agreement(ref, target, ref.record.outputs, measured.rows))
     decision = decide(findings, th)
     decision = name_on_target(decision, target, located.ops, located.graph_tensors(measured.rows))
     decision = note_unchecked(decision, located.suspects, len(rerun.findings))
+    decision = mark_first_failing(decision, measured.all_rows, th)
     # 7. wording
     warnings = [*target.record.warnings, *measured.warnings]
     if located.local_note:

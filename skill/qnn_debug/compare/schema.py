@@ -24,8 +24,12 @@ SCHEMA_VERSION = 1
 VerdictKind = Literal["ok", "precision", "quantization", "real_bug", "input_not_copied"]
 Pattern = Literal[
     "none", "zero_input", "bias_only", "permutation", "wrong_coordinates", "wrong_semantics",
-    "scale_shift", "constant", "nan_inf", "encoding_range",
+    "scale_shift", "constant", "nan_inf", "encoding_range", "fp16_range",
+    "rotary_layout",
 ]
+# ``fp16_range``: a value beyond fp16's range (HTP saturates it at ±131008, an IEEE producer makes it inf); stored
+# results from before it was named carry ``nan_inf`` for that case. ``nan_inf`` is a target holding NaN/inf
+# where its own op went wrong (a real_bug pattern).
 # ok: at the floor's noise level; degraded: worse than the floor but no jump; bad: a jump beyond the
 # floor; unknown: not comparable (reference not finite, or nothing to compare against).
 TensorStatus = Literal["ok", "degraded", "bad", "unknown"]
@@ -73,6 +77,10 @@ class FirstFailing(BaseModel):
     fused: FusedOp | None = None  # set when the target's op covers several model nodes
     model_op: str | None = None  # with ``fused``: the model node producing ``tensor``
     model_op_type: str | None = None
+    # The target's own tensor where it first fails when the reference has no such tensor: a stage of the target's
+    # lowering of the model op (MNN runs ReduceSumSquare as a square, e.g. ``BinaryOp3``, and a sum); ``op`` is then
+    # the target's op and ``model_op`` the model node it came from.
+    target_tensor: str | None = None
 
 
 class Verdict(BaseModel):

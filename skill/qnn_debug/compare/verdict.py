@@ -8,11 +8,15 @@ while the error stays):
    otherwise → ``input_not_copied`` with moderate confidence: other baseline data or an uncopied input, and
    no downstream op can be blamed since the error starts before any op;
 2. a device encoding that clips the data (quantized targets) or the first op leaving the fp16 range, when no
-   confirmed wrong op comes before it → ``quantization``/``encoding_range`` or ``precision``/``nan_inf``;
+   confirmed wrong op comes before it → ``quantization``/``encoding_range`` or ``precision``/``fp16_range``;
 3. the first suspect (a jump beyond the floor) whose *local* error is large is a wrong op →
    ``real_bug``, or ``input_not_copied`` when it reads a graph input and behaves as if it were zeros;
 4. otherwise a quantized target → ``quantization``; a target clearly worse than the floor (or with
-   suspects that are fine locally) → ``precision``; else ``ok``.
+   suspects that are fine locally) → ``precision``; else ``ok``. "Clearly worse" is judged where the
+   application reads the run: a graph output beyond the floor by ``excess_ok_db``, a graph output whose
+   top-1 (argmax) differs, or any tensor failing its own floor criterion (``bad``: ``jump_db`` beyond it).
+   Intermediate tensors a few dB further (fp16 rounding accumulated along a decoder, a LUT Sigmoid) with
+   healthy outputs are ``ok``, with the worst tensor in the evidence.
 """
 
 from __future__ import annotations
@@ -37,11 +41,12 @@ if TYPE_CHECKING:
     from .localise import Located
     from .patterns import PatternFindings
     from .rows import Measured
+    from .top1 import Top1
 
 MAX_TRIALS_IN_EVIDENCE = 10
 __all__ = ["Decision", "Finding", "Findings", "InputMismatch", "Rule", "checked", "claims_absence", "decide",
-           "end_to_end", "floor_fails", "name_on_target", "note_unchecked", "poor_floor_outputs", "ref_name",
-           "unresolved"]
+           "degraded_outputs", "end_to_end", "floor_fails", "mark_first_failing", "name_on_target", "note_unchecked",
+           "poor_floor_outputs", "ref_name", "top1_misses", "unresolved"]
 
 # Which rule decided: the wording module words each one.
 Rule = Literal["zero_input", "input_mismatch", "encoding_range", "fp16_range", "bug", "unconfirmed_bug",
@@ -68,13 +73,15 @@ class Findings:
     overflow: Overflow | None = None  # the first op whose reference output leaves the fp16 range (target at the rail)
     range_clip: RangeClip | None = None  # the first tensor whose device encoding clips the data (quantized targets)
     quantized_by: list[str] = field(default_factory=list)  # what says the target is quantized
+    top1: dict[str, Top1] = field(default_factory=dict)  # graph output -> argmax agreement with the reference
 
     def every_row(self) -> list[TensorRow]:
         return self.all_rows or list(self.rows.values())
 
     @classmethod
     def gather(cls, measured: Measured, located: Located, rerun: Rerun, patterns: PatternFindings, *,
-               outputs: list[str], observer_effect_db: dict[str, float] | None, has_floor: bool) -> Findings:
+               outputs: list[str], observer_effect_db: dict[str, float] | None, has_floor: bool,
+               top1: dict[str, Top1] | None = None) -> Findings:
         """The verdict's input, from the outputs of the metrics, localise, local re-run and patterns stages."""
         return cls(rows=measured.rows, findings=rerun.findings, quantized=measured.quantized, outputs=outputs,
                    zero_inputs=list(measured.zero_inputs), zero_observations=measured.zero_inputs,
@@ -82,7 +89,7 @@ class Findings:
                    uncompared=measured.uncompared, local_unavailable=located.local_note,
                    observer_effect_db=observer_effect_db, has_floor=has_floor, all_rows=measured.all_rows,
                    overflow=patterns.overflow, range_clip=patterns.range_clip,
-                   quantized_by=measured.detection.sources)
+                   quantized_by=measured.detection.sources, top1=top1 or {})
 
 
 @dataclass
@@ -127,6 +134,10 @@ def end_to_end(fs: Findings) -> dict[str, Any]:
             out[name] = {"sqnr_db": _r(row.metrics.get("sqnr_db")), "diff_rate": row.metrics.get("diff_rate"),
                          "cosine": row.metrics.get("cosine"),
                          "floor_sqnr_db": _r((row.floor_metrics or {}).get("sqnr_db"))}
+            top = fs.top1.get(name)
+            if top is not None:
+                out[name]["top1_agree"] = top.agree
+                out[name]["top1_positions"] = top.positions
     return out
 
 
@@ -191,6 +202,24 @@ def name_on_target(decision: Decision, target: Run, ops: list[OpNode], seen: Ite
     return decision
 
 
+def mark_first_failing(decision: Decision, rows: Iterable[TensorRow], th: Thresholds) -> Decision:
+    """The tensor table agrees with the verdict: the first failing tensor's rows read ``bad``.
+
+    When the floor fails the same way (an fp16 overflow clips the floor too) the tensor is no worse than its
+    floor, so its own judgement says ``ok`` with no excess; its excess is then measured from the fp16 level
+    (``floor_cap_db``), what a correct fp16 run reaches."""
+    if decision.first is None or decision.kind == "ok":
+        return decision
+    for row in rows:
+        if ref_name(row) != decision.first.tensor or row.status == "bad":
+            continue
+        sqnr = row.metrics.get("sqnr_db")
+        if sqnr is not None:
+            row.excess_db = round(max(row.excess_db or 0.0, th.floor_cap_db - float(sqnr)), 2)
+        row.status = "bad"
+    return decision
+
+
 def note_unchecked(decision: Decision, suspects: list[Suspect], rerun: int) -> Decision:
     """Suspects beyond the re-run budget, listed so nobody mistakes them for cleared."""
     if len(suspects) > rerun:
@@ -229,7 +258,10 @@ def _overflow(fs: Findings, base: dict[str, Any], hit: Finding | None) -> Decisi
     first = FirstFailing(tensor=o.tensor, op=o.op.name, op_type=o.op.op_type, position=o.op.position,
                          observed_as=o.row.name if o.row is not None and o.row.stands_for else None,
                          local_error=hit.local if hit is not None and hit.suspect.op.name == o.op.name else None)
-    return Decision("precision", "nan_inf", 0.9 if o.row is not None else 0.6, ev, first, "fp16_range")
+    if o.inner is not None:  # the target's own stage of that op leaves the range first: name it, and the model node
+        first.op, first.op_type, first.target_tensor = o.inner.op, o.inner.op_type, o.inner.tensor
+        first.model_op, first.model_op_type = o.op.name, o.op.op_type
+    return Decision("precision", "fp16_range", 0.9 if o.row is not None else 0.6, ev, first, "fp16_range")
 
 
 def floor_fails(decision: Decision) -> float | None:
@@ -283,13 +315,34 @@ def _decide_ops(fs: Findings, th: Thresholds, base: dict[str, Any], worst: Tenso
     if fs.quantized:
         return Decision("quantization", "none", 0.85 if done else 0.7, {**ev, "checked_ops": len(done)}, None,
                         "quantization")
-    degraded = worst is not None and (worst.excess_db or 0.0) >= th.excess_ok_db
-    if degraded or suspects:
+    if _degraded(fs, th, worst) or suspects:
         return Decision("precision", "none", 0.55 if open_ else 0.75, ev, None, "precision")
     poor = poor_floor_outputs(fs, th)
     if poor:
         return Decision("precision", "none", 0.7, {**ev, "poor_floor_outputs": dict(poor)}, None, "poor_floor")
     return Decision("ok", "none", 0.9 if fs.rows else 0.3, ev, None, "ok")
+
+
+def degraded_outputs(fs: Findings, th: Thresholds) -> list[TensorRow]:
+    """Graph outputs (as the application reads them) beyond the floor by ``excess_ok_db`` or more."""
+    direct = {r.name: r for r in fs.every_row() if r.stands_for is None}
+    rows = [direct.get(n) or fs.rows.get(n) for n in fs.outputs]
+    return [r for r in rows if r is not None and (r.excess_db or 0.0) >= th.excess_ok_db]
+
+
+def top1_misses(fs: Findings) -> dict[str, Top1]:
+    """Graph outputs whose argmax differs from the reference's at some position."""
+    return {n: t for n, t in fs.top1.items() if t.agree < t.positions}
+
+
+def _degraded(fs: Findings, th: Thresholds, worst: TensorRow | None) -> bool:
+    """Worse than an fp16 run should be: judged at the outputs when they were compared, else at the worst tensor."""
+    if worst is None or (worst.excess_db or 0.0) < th.excess_ok_db:
+        return bool(top1_misses(fs))
+    direct = {r.name for r in fs.every_row() if r.stands_for is None} | set(fs.rows)
+    if not any(n in direct for n in fs.outputs):
+        return True  # no output to judge by: the worst tensor decides, as it always did
+    return bool(degraded_outputs(fs, th) or top1_misses(fs) or any(r.status == "bad" for r in fs.every_row()))
 
 
 def poor_floor_outputs(fs: Findings, th: Thresholds) -> list[tuple[str, float]]:

@@ -41,6 +41,7 @@ from .verdict import (
     floor_fails,
     poor_floor_outputs,
     ref_name,
+    top1_misses,
     unresolved,
 )
 
@@ -177,13 +178,19 @@ def _fp16_range(d: Decision, fs: Findings, th: Thresholds) -> str:
     else:
         target = f"the target tops out at {o.target_max:.6g}, {o.at_rail} of {o.size} values at the ±65504 fp16 rail"
     inside = " (beyond 65504, but within what HTP holds: 131008)" if o.input_max > 65504.0 else ""
+    if o.inner is not None:
+        i = o.inner
+        where = (f"`{i.tensor}` ({i.op_type or '?'} {i.op or i.tensor}, the target's own stage of {o.op.name} "
+                 f"({o.op.op_type}, position {o.op.position}); the reference has no such tensor) is where the run "
+                 f"first leaves the fp16 range: it tops out at {i.target_max:.6g}, {i.at_rail} of {i.size} values "
+                 f"at the rail, before {o.op.name}'s own output. {where}")
     failing = floor_fails(d)
     floor_words = (f" The fp16 floor fails the same way (worst output {fmt.db_unit(failing)}): no fp16 engine can "
                    f"run this as is." if failing is not None else " No fp16 engine can run this as is.")
     return (f"Precision, not a wrong op: the model is not fp16-safe. {where} is the first op whose reference "
             f"output leaves the fp16 range: `{o.tensor}` reaches {o.ref_max:.3g} (fp16 max 65504) while its "
             f"inputs stay within ±{o.input_max:.3g}{inside}; {target}.{floor_words} Rescale by "
-            f"2^{o.rescale_exponent()} around it (see next steps).")
+            f"2^-{o.rescale_exponent()} around it (see next steps).")
 
 
 def _unconfirmed_bug(d: Decision, fs: Findings, th: Thresholds) -> str:
@@ -216,7 +223,11 @@ def _precision(d: Decision, fs: Findings, th: Thresholds) -> str:
     why = ("no op shows a jump beyond the floor" if not fs.findings else
            "every suspect op reproduces the target on its own inputs" if not open_ else
            f"{len(open_)} suspect op(s) could not be re-run to tell (see evidence)")
-    return f"Precision, not a wrong op: {where}, but {why}."
+    misses = top1_misses(fs)
+    top = ("; the target's top-1 differs from the reference's at " + ", ".join(
+        f"{t.positions - t.agree} of {t.positions} positions of {n!r}" for n, t in list(misses.items())[:3])
+        if misses else "")
+    return f"Precision, not a wrong op: {where}, but {why}{top}."
 
 
 def _poor_floor(d: Decision, fs: Findings, th: Thresholds) -> str:
@@ -227,10 +238,24 @@ def _poor_floor(d: Decision, fs: Findings, th: Thresholds) -> str:
 
 def _ok(d: Decision, fs: Findings, th: Thresholds) -> str:
     worst = d.worst
+    if worst is not None and (worst.excess_db or 0.0) >= th.excess_ok_db:
+        return (f"Healthy: {_outputs_words(d, th)}; no op's error jumps beyond its inputs'. The worst tensor "
+                f"{worst.name!r} is {fmt.amount(worst.excess_db)} dB below {_floor(fs, th)} (under the "
+                f"{th.jump_db:g} dB that would fail it): fp16 rounding accumulated along the graph, which the "
+                f"outputs absorb.")
     if worst is not None and (worst.excess_db or 0.0) >= 0.05:
         return (f"Healthy: every tensor is within {th.excess_ok_db:g} dB of {_floor(fs, th)} "
                 f"(worst {worst.name!r}, {fmt.amount(worst.excess_db)} dB).")
     return f"Healthy: every tensor is at the error level of {_floor(fs, th)}."
+
+
+def _outputs_words(d: Decision, th: Thresholds) -> str:
+    """'the outputs are within 10 dB of the floor (logits 46.6 dB against 55.0 dB, top-1 32/32)'."""
+    parts = []
+    for name, v in (d.evidence.get("end_to_end") or {}).items():
+        top = (f", top-1 {v['top1_agree']}/{v['top1_positions']}" if v.get("top1_positions") is not None else "")
+        parts.append(f"{name} {fmt.db_unit(v.get('sqnr_db'))} against {fmt.db_unit(v.get('floor_sqnr_db'))}{top}")
+    return f"the outputs are within {th.excess_ok_db:g} dB of the floor ({'; '.join(parts[:3])})"
 
 
 def _bug(d: Decision, fs: Findings, th: Thresholds) -> str:
@@ -263,6 +288,7 @@ def _pattern_words(pattern: str, best: Trial | None) -> str:
         "wrong_coordinates": f"the output is reproduced with {best.variant}",
         "wrong_semantics": f"the output is reproduced with {best.variant}",
         "permutation": f"the output is reproduced with {best.variant}",
+        "rotary_layout": f"the output is reproduced by a rotary embedding with {best.variant}",
         "scale_shift": f"{best.variant}",
         "constant": f"its output is constant ({best.variant})",
     }.get(pattern, best.variant)
@@ -438,7 +464,11 @@ def _fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
     where = f"`{source}` (the input of {op})" if source else f"the input of {op}"
     squaring = bool(ev.get("squaring"))
     shrink = "squares shrink with the square of the factor, so " if squaring else ""
-    after = ref_max / (4.0 if squaring else 2.0) ** int(k or 1)
+    top = float(ev.get("region_max_abs") or ref_max)
+    top_tensor = ev.get("region_max_tensor") or tensor
+    after = top / (4.0 if squaring else 2.0) ** int(k or 1)
+    largest = (f"`{top_tensor}`, the largest value up to the normalisation, drops from {top:.3g}"
+               if top_tensor != tensor else f"`{tensor}` drops from {ref_max:.3g}")
     check: list[Arg] = ["diagnose", FIXED_MODEL, "--target", "htp-sim", *_inputs(r)]
     remedies = []
     if construct:
@@ -446,10 +476,10 @@ def _fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
                "RMSNorm": "x / rms(x) is unchanged when x is scaled (scale eps by the square of the factor)",
                "LayerNorm": "(x - mean) / std is unchanged when x is scaled (scale eps by the square of the factor)",
                "Softmax input": "softmax(x - max(x)) equals softmax(x), and the shifted logits stay small"}[str(construct)]
-        remedies.append(f"Rescale by a power of two around the scale-invariant {construct}: multiply {where} by "
-                        f"{scale} before it ({shrink}`{tensor}` drops from {ref_max:.3g} to about {after:.3g}, inside "
-                        f"fp16's 65504), then diagnose the edited model; why: {why}, and a power of two is exact in "
-                        f"fp16, so nothing else changes.")
+        remedies.append(f"Rescale by a power of two around the scale-invariant {construct}: {_rescale_place(ev, scale)} "
+                        f"({shrink}{largest} to about {after:.3g}, a factor {HEADROOM_WORDS} inside fp16's 65504 for "
+                        f"these inputs: size it on your largest input), then diagnose the edited model; why: {why}, "
+                        f"and a power of two is exact in fp16, so nothing else changes.")
     else:
         remedies.append(f"Rescale by a power of two: multiply {where} by {scale} and undo it after the value is back "
                         f"in range (`{tensor}` reaches {ref_max:.3g}; fp16 holds 65504, HTP saturates at 131008), "
@@ -467,6 +497,32 @@ def _fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
                       "After the change, check the range before the device: the baseline of the edited model lists "
                       "the tensors that are still not fp16-safe (baseline.json `ranges`)."))
     return steps
+
+
+HEADROOM_WORDS = "4"  # overflow.HEADROOM, in words
+_WEIGHTED = {"Conv": "W and B", "ConvTranspose": "W and B", "Gemm": "B and C (or alpha and C)",
+             "MatMul": "its weight (and the bias Add right after it, if any)"}
+
+
+def _rescale_place(ev: dict[str, Any], scale: str) -> str:
+    """Where the factor goes so that only the normalisation sees it: folded into the producing op when every reader
+    of the value is inside the normalisation, else one Mul feeding exactly the readers inside it."""
+    source, op = ev.get("rescale_input"), ev.get("op")
+    inside, outside = list(ev.get("rescale_uses_inside") or []), list(ev.get("rescale_uses_outside") or [])
+    producer, ptype = ev.get("rescale_producer"), ev.get("rescale_producer_type")
+    if source is None:
+        return f"multiply the input of {op} by {scale}, and every other use of it inside the normalisation"
+    readers = ", ".join(inside) if inside else str(op)
+    only = f" — scaling only {op}'s input would change the result"
+    if not outside and ptype in _WEIGHTED:
+        return (f"fold {scale} into {producer}'s weights ({ptype}: multiply {_WEIGHTED[str(ptype)]} by {scale}), so "
+                f"that every reader of `{source}` ({readers}, all inside the normalisation) sees the scaled value{only}")
+    if not outside and producer is None:
+        return (f"scale the model input `{source}` by {scale} (in preprocessing, or one Mul by {scale} right after "
+                f"the input feeding all its readers: {readers}){only}")
+    rest = f"; {', '.join(outside[:4])} keep reading the unscaled `{source}`" if outside else ""
+    return (f"insert one Mul(`{source}`, {scale}) and feed it to every reader of `{source}` inside the normalisation "
+            f"({readers}){rest}{only}")
 
 
 def _real_bug_steps(r: CompareResult) -> list[NextStep]:

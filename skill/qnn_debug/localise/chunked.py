@@ -63,6 +63,7 @@ def run_chunked_dump(model_path: Path, out: Path, *, inputs: Path, soc_model: in
     from ..targets import qnn_ep
     from ..targets.htp_sim import split_options
     from ..targets.onnx_capture import model_info, serialize
+    from ..targets.sim_lowering import lower_for_simulator
     from ..targets.worker_run import run_capture_worker
 
     extra, disabled, _ = split_options(options or {})
@@ -70,13 +71,14 @@ def run_chunked_dump(model_path: Path, out: Path, *, inputs: Path, soc_model: in
     model = ensure_node_names(load_onnx(model_path))
     prepared = prepare_inputs(graph_inputs(model), inputs=inputs)
     fixed = fix_input_shapes(model, prepared.shapes)
+    lowered = lower_for_simulator(fixed)
     chunks = plan_chunks(fixed, chunk_size)
     run_dir = prepare_run_dir(out, force=force).resolve()
     record = RunRecord(role="target", target="htp-sim", precision="fp16", model=model_info(model_path, model),
                        inputs=prepared.info, soc_model=soc_model,
                        htp_arch=int(provider["htp_arch"]) if "htp_arch" in provider else None,
                        versions=library_versions(), outputs=[o.name for o in model.graph.output],
-                       warnings=[*prepared.warnings, f"captured in {len(chunks.groups)} marked sessions (one per "
+                       warnings=[*prepared.warnings, *lowered, f"captured in {len(chunks.groups)} marked sessions (one per "
                                  f"{'decoder layer' if chunks.by == 'layer' else f'{chunk_size} tensors'}), "
                                  "not in one mark-all run"])
     request = {"job": "chunked", "force": True, "record": record.model_dump(mode="json"), "options": provider,

@@ -32,6 +32,7 @@ from ..runstore import Run, RunRecord, prepare_run_dir
 from ..versions import library_versions
 from . import DumpRequest
 from .base import Capabilities, ProbeSetup, ProbeValues, Target
+from .sim_lowering import lower_for_simulator
 from .worker_run import run_capture_worker
 
 if TYPE_CHECKING:
@@ -190,11 +191,12 @@ def run(request: DumpRequest, progress: Progress) -> Run:
                                 hint="use --precision quantized")
         prepared = prepare_inputs(graph_inputs(model), inputs=request.inputs, shapes=request.shapes, seed=request.seed)
         fixed = fix_input_shapes(model, prepared.shapes)
+        lowered = lower_for_simulator(fixed)
     out = prepare_run_dir(request.out, force=request.force).resolve()
     record = RunRecord(
         role="target", target="htp-sim", precision=request.precision, model=model_info(model_path, model),
         inputs=prepared.info, soc_model=soc or None, htp_arch=int(options["htp_arch"]) if "htp_arch" in options else None,
-        versions=library_versions(), outputs=[o.name for o in model.graph.output], warnings=list(prepared.warnings),
+        versions=library_versions(), outputs=[o.name for o in model.graph.output], warnings=[*prepared.warnings, *lowered],
     )
     worker_request = {"force": True, "record": record.model_dump(mode="json"), "options": options,
                       "precision": request.precision, "disabled_optimizers": disabled, "capture_dtype": capture}
