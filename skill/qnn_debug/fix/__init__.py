@@ -1,0 +1,43 @@
+"""``fix``: for a verdict it knows, write the fixed artefact next to the user's and prove it.
+
+Kinds: ``precision`` from the fp16 range (an exact power-of-two rescale, :mod:`.fp16_range`) and
+``input_not_copied`` (``shapeMutable`` false in the test dir, :mod:`.shape_mutable`). A solved case goes into
+the cases file only after every proof check passed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import BadInputError
+from ..progress import NULL_PROGRESS, Progress
+from .models import RANGE_PATTERNS, FixResult
+from .source import load_source, numbers
+
+
+def run_fix(result: str, out: Path, *, model: str | None = None, input_range: dict[str, list[float]] | None = None,
+            test_dir: str | None = None, soc_model: int = 69, timeout: float = 1800.0, force: bool = False,
+            cases: str | None = None, progress: Progress = NULL_PROGRESS) -> FixResult:
+    """Fix the verdict of the comparison at ``result`` (see :func:`.source.load_source`)."""
+    source = load_source(result)
+    v = source.result.verdict
+    verdict = f"{v.kind} ({v.pattern})"
+    if v.kind == "precision" and (v.pattern in RANGE_PATTERNS or "fp16_range" in v.evidence):
+        from .fp16_range import fix_fp16_range
+
+        fixed = fix_fp16_range(source, model=model, input_range=input_range, out=out, soc_model=soc_model,
+                               timeout=timeout, force=force, progress=progress)
+    elif v.kind == "input_not_copied":
+        from .shape_mutable import fix_shape_mutable
+
+        before = numbers(source.result, [], report=str(source.path))
+        fixed = fix_shape_mutable(test_dir, verdict, before, source.result.mnn_model)
+    else:
+        raise BadInputError(f"no automatic fix for the verdict {verdict}",
+                            hint="fix kinds: precision from the fp16 range (rescale) and input_not_copied "
+                            "(shapeMutable); follow the comparison's next_steps for the others")
+    if fixed.proven and cases:
+        from .cases import record_case
+
+        fixed.case_file = record_case(cases, source.result, fixed)
+    return fixed
