@@ -12,13 +12,14 @@ from pathlib import Path
 from ..errors import BadInputError
 from ..progress import NULL_PROGRESS, Progress
 from .models import RANGE_PATTERNS, FixResult
-from .source import load_source, numbers
 
 
 def run_fix(result: str, out: Path, *, model: str | None = None, input_range: dict[str, list[float]] | None = None,
             test_dir: str | None = None, soc_model: int = 69, timeout: float = 1800.0, force: bool = False,
             cases: str | None = None, progress: Progress = NULL_PROGRESS) -> FixResult:
     """Fix the verdict of the comparison at ``result`` (see :func:`.source.load_source`)."""
+    from .source import load_source, numbers  # here: importing the package (for its models) stays light
+
     source = load_source(result)
     v = source.result.verdict
     verdict = f"{v.kind} ({v.pattern})"

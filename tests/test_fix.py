@@ -1,0 +1,175 @@
+"""``fix``: the fixed artefact for a verdict, written next to the model and proven, through the CLI and the MCP
+tool, on the project's own models — L2-norm on raw pixels (the scale folded into a Conv, or a Mul on the graph
+input), an LLM-shaped decoder whose RMSNorms overflow on outlier channels (five places), a sum of squares no
+normalisation closes (no exact fix: said so, nothing written) and an MNN test dir whose input was not copied."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+from numerics_models import decoder_llm, l2norm_net, pixels, token_ids
+from qnn_debug.cli import app
+from qnn_debug.fix.intervals import propagate
+from test_mcp_support import connect, error_text, ok
+
+runner = CliRunner()
+
+
+def _diagnose(folder: Path, name: str, model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> Path:
+    onnx.save(model, str(folder / f"{name}.onnx"))
+    np.savez(folder / f"{name}_in.npz", **inputs)
+    res = runner.invoke(app, ["diagnose", str(folder / f"{name}.onnx"), "--inputs", str(folder / f"{name}_in.npz"),
+                              "--out", str(folder / name), "--no-mnn-gate", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["compare"]["verdict"]["kind"] == "precision"
+    return folder / name
+
+
+def _fix(*args: str) -> tuple[int, dict]:
+    res = runner.invoke(app, ["fix", *args, "--json"])
+    return res.exit_code, json.loads(res.stdout)
+
+
+def _sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+# (variant, conv, brightness of the sample): a dark sample shows what sizing from the sample alone would miss
+L2_CASES = [("global", True, 1.0), ("pow", False, 0.3)]
+
+
+@pytest.mark.parametrize(("variant", "conv", "light"), L2_CASES)
+def test_l2norm_on_pixels_is_rescaled_exactly_and_proven_over_the_declared_range(tmp_path: Path, variant: str,
+                                                                                  conv: bool, light: float):
+    sample = np.round(pixels(3, 24) * light).astype(np.float32)
+    diag = _diagnose(tmp_path, "l2", l2norm_net(variant=variant, conv=conv, channels=3, size=24), {"x": sample})
+    advice = json.loads((diag / "report" / "compare.json").read_text())["verdict"]["evidence"]["fp16_range"]
+    before = _sha(tmp_path / "l2.onnx")
+    code, r = _fix(str(diag), "--input-range", "x=0:255", "--out", str(tmp_path / "fix"),
+                   "--cases", str(tmp_path / "cases.jsonl"))
+    assert code == 0 and r["kind"] == "fp16_rescale" and r["proven"], r["summary"]
+    assert all(c["passed"] for c in r["proof"]) and len(r["proof"]) == 5
+    assert "0 ulp" in r["proof"][0]["detail"]  # powers of two: bit-identical fp32 outputs
+    assert r["before"]["verdict"] == "precision" and r["before"]["tensor"] == "sumsq"
+    assert r["after"]["verdict"] == "ok" and r["after"]["tensor_sqnr_db"] > 40 > r["before"]["tensor_sqnr_db"]
+    assert r["after"]["outputs_sqnr_db"]["y"] > 55 > r["before"]["outputs_sqnr_db"]["y"]
+    (site,) = r["sites"]
+    assert site["source"] == ("feat" if conv else "x") and site["bound_source"] == "interval"
+    assert ("folded into Conv mix" in site["place"]) == conv and ("new Mul" in site["place"]) != conv
+    assert site["worst_case_max"] > site["sample_max"] and site["after_max"] * 4 <= 65504
+    # sized over 0..255, not from the sample: the dark sample's own advice is smaller and would overflow there
+    assert site["exponent"] >= advice["rescale_exponent"] + (1 if light < 1 else 0)
+    fixed = Path(r["artefact"])
+    assert fixed.parent == tmp_path and fixed.name == "l2.fp16-rescaled.onnx" and _sha(tmp_path / "l2.onnx") == before
+    case = json.loads((tmp_path / "cases.jsonl").read_text().splitlines()[-1])
+    assert case["category"] == "wrong_results_accuracy" and "'sumsq'" in case["match"]
+    # a second fix never overwrites the first file
+    first = _sha(fixed)
+    code, again = _fix(str(diag), "--input-range", "x=0:255", "--out", str(tmp_path / "fix2"))
+    assert again["artefact"].endswith("l2.fp16-rescaled-2.onnx") and _sha(fixed) == first
+
+
+def test_decoder_rmsnorms_with_outlier_channels_are_rescaled_in_place_of_each_norm(tmp_path: Path):
+    diag = _diagnose(tmp_path, "dec", decoder_llm(hidden=64, layers=2, big_value=1500.0, tokens=16),
+                     {"ids": token_ids(16, 96)})
+    code, r = _fix(str(diag), "--out", str(tmp_path / "fix"), "--cases", str(tmp_path / "cases.jsonl"))
+    assert code == 0 and r["proven"], r["summary"]
+    sources = [s["source"] for s in r["sites"]]
+    assert sources == ["h_0", "l0_h1", "h_1", "l1_h1", "h_2"]  # each norm's input; the residual keeps its values
+    assert all("new Mul" in s["place"] and any("eps" in c for c in s["constants"]) for s in r["sites"])
+    assert r["before"]["outputs_sqnr_db"]["logits"] < 0 < 55 < r["after"]["outputs_sqnr_db"]["logits"]
+    assert r["after"]["tensor_sqnr_db"] > 60
+    assert r["input_range"] == {}  # integer ids: the worst case is the sample
+    assert (tmp_path / "cases.jsonl").is_file()
+
+
+def _sum_of_squares_net() -> onnx.ModelProto:
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Mul", ["x", "x"], ["sq"], name="square"),
+             helper.make_node("ReduceSum", ["sq", "axes"], ["energy"], name="energy", keepdims=1)]
+    graph = helper.make_graph(nodes, "energy", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("energy", TensorProto.FLOAT, [1, 1, 1, 1])],
+                              [numpy_helper.from_array(np.array([1, 2, 3], np.int64), "axes")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def test_an_overflow_no_normalisation_closes_has_no_exact_fix_and_writes_nothing(tmp_path: Path):
+    diag = _diagnose(tmp_path, "energy", _sum_of_squares_net(), {"x": pixels(3, 16)})
+    res = runner.invoke(app, ["fix", str(diag), "--cases", str(tmp_path / "cases.jsonl"), "--json"])
+    assert res.exit_code == 2 and "no exact place to rescale" in res.stdout
+    assert not (tmp_path / "cases.jsonl").exists() and not list(tmp_path.glob("energy.fp16-rescaled*"))
+
+
+def test_interval_bound_of_a_sum_of_squares_is_the_brightest_image():
+    model = l2norm_net(variant="global", channels=3, size=8)
+    shapes = {"x": (1, 3, 8, 8), "sq": (1, 3, 8, 8), "sumsq": (1, 1, 1, 1)}
+    b = propagate(model, {"x": (0.0, 255.0)}, shapes)
+    assert b["sumsq"] == (0.0, 3 * 64 * 255.0**2) and b["unit"] is not None
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_fix_and_prove_through_the_mcp_tool(tmp_path: Path) -> None:
+    _diagnose(tmp_path, "l2", l2norm_net(variant="global", conv=True, channels=3, size=16), {"x": pixels(3, 16)})
+    _diagnose(tmp_path, "energy", _sum_of_squares_net(), {"x": pixels(3, 16)})
+    async with connect(tmp_path, "auto") as client:
+        answer = ok(await client.call_tool("fix_and_prove", {"result": "l2", "input_range": {"x": [0, 255]},
+                                                             "background": False}))
+        refused = error_text(await client.call_tool("fix_and_prove", {"result": "energy", "background": False}))
+    r = answer["result"]
+    assert answer["status"] == "succeeded" and r["proven"] and r["after"]["verdict"] == "ok"
+    assert answer["summary"].startswith("PROVEN fp16_rescale fix")
+    assert Path(r["artefact"]).parent == tmp_path.resolve() and Path(r["out"]).is_relative_to(tmp_path.resolve())
+    assert "'sumsq'" in (tmp_path / "qnn-debug-cases.jsonl").read_text()
+    assert "no exact place to rescale" in refused
+    assert "'energy'" not in (tmp_path / "qnn-debug-cases.jsonl").read_text()
+
+
+@pytest.mark.parametrize("double", ["other_data", "constant_copy"])
+def test_input_not_copied_sets_shape_mutable_false_and_says_what_is_not_proven(
+        mnn_fixtures: Path, tmp_path: Path, double: str):
+    import shutil
+
+    from qnn_debug.baseline import run_baseline
+
+    model = mnn_fixtures / "testdir" / "test.onnx"
+    dump = mnn_fixtures / "dumps" / "online_fp16"
+    if double == "other_data":  # a baseline on random data against the dump of the fixture input
+        run_baseline(model, tmp_path / "base", mnn_gate=False)
+    else:  # the real dump with the backend's fp16 copy of x filled with 0.5 (test double)
+        x = np.loadtxt(mnn_fixtures / "testdir" / "x.txt", dtype=np.float32).reshape(1, 3, 32, 32)
+        np.savez(tmp_path / "in.npz", x=x)
+        run_baseline(model, tmp_path / "base", inputs=tmp_path / "in.npz", mnn_gate=False)
+        shutil.copytree(dump, tmp_path / "dump")
+        dump = tmp_path / "dump"
+        raw = next(dump.glob("*_t0_cast.raw"))
+        raw.write_bytes(np.full(raw.stat().st_size // 2, 0.5, np.float16).tobytes())
+    res = runner.invoke(app, ["compare", str(tmp_path / "base"), str(dump), "--mnn-model",
+                              str(mnn_fixtures / "test.mnn"), "--json", str(tmp_path / "compare.json")])
+    assert res.exit_code == 0, res.output
+    shutil.copytree(mnn_fixtures / "testdir", tmp_path / "testdir")
+    previous = (tmp_path / "testdir" / "input.json").read_text()
+    code, r = _fix(str(tmp_path / "compare.json"), "--test-dir", str(tmp_path / "testdir"),
+                   "--cases", str(tmp_path / "cases.jsonl"))
+    assert code == 0 and r["kind"] == "shape_mutable" and r["proven"] is False
+    assert r["before"]["verdict"] == "input_not_copied"
+    assert json.loads((tmp_path / "testdir" / "input.json").read_text())["shapeMutable"] is False
+    assert (tmp_path / "testdir" / "input.json.bak").read_text() == previous
+    step = r["next_steps"][0]
+    assert step["tool"] == "run_on_device" and str(mnn_fixtures / "test.mnn") in step["cli"]
+    assert "--testdir" in step["cli"] and r["not_proven"] and "phone" in r["summary"]
+    assert not (tmp_path / "cases.jsonl").exists()
