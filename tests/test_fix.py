@@ -72,8 +72,10 @@ def test_l2norm_on_pixels_is_rescaled_exactly_and_proven_over_the_declared_range
     assert case["category"] == "wrong_results_accuracy" and "'sumsq'" in case["match"]
     # a second fix never overwrites the first file
     first = _sha(fixed)
-    code, again = _fix(str(diag), "--input-range", "x=0:255", "--out", str(tmp_path / "fix2"))
+    code, again = _fix(str(diag), "--input-range", "x=0:255", "--out", str(tmp_path / "fix2"),
+                       "--cases", str(tmp_path / "cases.jsonl"))
     assert again["artefact"].endswith("l2.fp16-rescaled-2.onnx") and _sha(fixed) == first
+    assert again["case_file"] is None and len((tmp_path / "cases.jsonl").read_text().splitlines()) == 1  # once
 
 
 def test_decoder_rmsnorms_with_outlier_channels_are_rescaled_in_place_of_each_norm(tmp_path: Path):
