@@ -14,7 +14,8 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
-from numerics_models import decoder_llm, l2norm_net, pixels, token_ids
+from doubles.htp_dump import write_htp_dump
+from numerics_models import decoder_llm, deconv_bn_relu_net, l2norm_net, pixels, token_ids
 from qnn_debug.cli import app
 from qnn_debug.fix.intervals import propagate
 from test_mcp_support import connect, error_text, ok
@@ -139,6 +140,63 @@ async def test_fix_and_prove_through_the_mcp_tool(tmp_path: Path) -> None:
     assert "'sumsq'" in (tmp_path / "qnn-debug-cases.jsonl").read_text()
     assert "no exact place to rescale" in refused
     assert "'energy'" not in (tmp_path / "qnn-debug-cases.jsonl").read_text()
+
+
+def _relu_lost(folder: Path, conv: bool) -> Path:
+    """A fused Deconvolution/Convolution head whose MNN QNN dump lost the ReLU (test double of MNN's dumper from
+    ONNX Runtime values of the model without that Relu), compared: real_bug at the fused MNN op."""
+    import onnxruntime as ort
+
+    from qnn_debug.baseline import run_baseline
+    from qnn_debug.onnx_graph import mark_all
+
+    model = deconv_bn_relu_net(cin=4, cout=8, size=8, kernel=2, conv=conv)
+    onnx.save(model, str(folder / "head.onnx"))
+    x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    np.savez(folder / "in.npz", x=x)
+    run_baseline(folder / "head.onnx", folder / "base", inputs=folder / "in.npz")
+    buggy = onnx.ModelProto()
+    buggy.CopyFrom(model)
+    next(n for n in buggy.graph.node if n.name == "up_relu").op_type = "Identity"
+    sess = ort.InferenceSession(mark_all(buggy).SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    values = {"x": x, **dict(zip(names, sess.run(names, {"x": x}), strict=True))}
+    write_htp_dump(folder / "dump", sorted((folder / "base" / "mnn_cpu").glob("*.mnn"))[0], values)
+    res = runner.invoke(app, ["compare", str(folder / "base"), str(folder / "dump"), "--json",
+                              str(folder / "compare.json")])
+    assert res.exit_code == 0, res.output
+    return folder / "compare.json"
+
+
+@pytest.mark.parametrize("conv", [False, True])
+def test_relu_lost_by_a_fused_mnn_op_is_kept_out_of_the_fusion_and_proven_on_mnn_cpu(tmp_path: Path, conv: bool):
+    result = _relu_lost(tmp_path, conv)
+    code, r = _fix(str(result), "--out", str(tmp_path / "fix"), "--cases", str(tmp_path / "cases.jsonl"))
+    assert code == 0 and r["kind"] == "fused_activation" and r["proven"], r["summary"]
+    op_type = "Convolution" if conv else "Deconvolution"
+    assert r["before"]["verdict"] == "real_bug" and r["before"]["tensor"] == "up_relu"
+    fp32, unfused, mnn_cpu = r["proof"]
+    assert "0 ulp" in fp32["detail"]
+    assert f"produced by {op_type} before and by BinaryOp after" in unfused["detail"] and "+1 BinaryOp" in unfused["detail"]
+    assert mnn_cpu["passed"] and "gate passed" in mnn_cpu["detail"]
+    fixed = onnx.load(r["artefact"])
+    assert [n.op_type for n in fixed.graph.node if n.name == "up_relu"] == ["Max"]
+    assert r["after"]["tensor_sqnr_db"] > 40 > r["before"]["tensor_sqnr_db"]
+    # what only the phone can show is said plainly, with the command; no solved case until then
+    assert r["not_proven"] and "phone" in r["not_proven"][0] and r["next_steps"][0]["tool"] == "run_on_device"
+    assert r["next_steps"][0]["cli"] in r["not_proven"][0] and "--target device" in r["next_steps"][0]["cli"]
+    assert not (tmp_path / "cases.jsonl").exists() and r["case_file"] is None
+
+
+@pytest.mark.anyio
+async def test_fused_activation_fix_through_the_mcp_tool(tmp_path: Path) -> None:
+    _relu_lost(tmp_path, conv=False)
+    async with connect(tmp_path, "auto") as client:
+        answer = ok(await client.call_tool("fix_and_prove", {"result": "compare.json", "background": False}))
+    r = answer["result"]
+    assert r["kind"] == "fused_activation" and r["proven"] and r["not_proven"]
+    assert Path(r["artefact"]).name == "head.relu-unfused.onnx" and Path(r["artefact"]).is_file()
+    assert not (tmp_path / "qnn-debug-cases.jsonl").exists()
 
 
 @pytest.mark.parametrize("double", ["other_data", "constant_copy"])

@@ -22,14 +22,19 @@ op (folded into the producing Conv/MatMul's weights and bias, or a Mul where the
 other ops; eps scaled with it), sized by interval arithmetic over `input_range` (e.g. {"x": [0, 255]}
 for raw pixels; default: the sample's min..max); proof: fp32 outputs within 1 ulp of the original on
 the sample and the worst-case input, the baseline's range analysis clean on both, and the HTP
-simulator's verdict without the range finding with outputs at the fp16 floor. input_not_copied:
+simulator's verdict without the range finding with outputs at the fp16 floor. real_bug at a fused
+MNN op (Deconvolution/Convolution) that lost its Relu: the Relu becomes Max(x, 0), which MNN's
+converter keeps as its own BinaryOp; proof: the converted .mnn no longer fuses it, fp32 and MNN CPU
+still match; `not_proven` names the phone run that proves MNN's QNN translation. input_not_copied:
 shapeMutable false in `test_dir` (previous input.json kept) and the re-run command, stated as not
 provable without the phone. Returns before/after verdict and SQNR (first failing tensor, outputs);
 a solved case goes to the workspace's cases file only once every check passed."""
 
 
 def summarize_fix(r: dict[str, Any]) -> str:
-    return f"{'PROVEN' if r.get('proven') else 'not proven'} {r.get('kind')} fix: {r.get('summary', '')}"
+    state = "not proven" if not r.get("proven") else "PROVEN here (the rest needs the phone)" if r.get("not_proven") \
+        else "PROVEN"
+    return f"{state} {r.get('kind')} fix: {r.get('summary', '')}"
 
 
 def workspace_cases(request: BaseModel, ws: Workspace) -> BaseModel:

@@ -22,7 +22,8 @@ def _numbers(label: str, n: Any) -> str:
 
 
 def human(r: Any, request: Any) -> None:
-    typer.echo(f"fix {r.kind} for {r.verdict}: {'PROVEN' if r.proven else 'not proven'}")
+    state = "not proven" if not r.proven else "PROVEN here, the rest needs the phone" if r.not_proven else "PROVEN"
+    typer.echo(f"fix {r.kind} for {r.verdict}: {state}")
     typer.echo(f"  {r.summary}")
     if r.artefact:
         typer.echo(f"fixed file: {r.artefact}")
@@ -44,6 +45,8 @@ def human(r: Any, request: Any) -> None:
 op_command("fix", "fix", human, exit_code=lambda r: 0 if r.proven or r.kind == "shape_mutable" else 1, help_text=(
     "Write the fix for a comparison's verdict next to your file (never over it) and prove it.\n\n"
     "precision from the fp16 range: an exact power-of-two rescale, sized over --input-range, proven by fp32 "
-    "equality, the range analysis on the sample and the worst case, and the HTP simulator. input_not_copied: "
+    "equality, the range analysis on the sample and the worst case, and the HTP simulator. real_bug at a fused "
+    "MNN op that lost its Relu: Relu as Max(x, 0), proven unfused in the converted .mnn and on MNN CPU (the QNN "
+    "translation needs the phone: the command is printed). input_not_copied: "
     "shapeMutable false in --test-dir. A solved case is appended to --cases only once the proof passed. Exit 1 "
     "when a fix was written but its proof failed."))

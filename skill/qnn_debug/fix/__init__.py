@@ -1,13 +1,15 @@
 """``fix``: for a verdict it knows, write the fixed artefact next to the user's and prove it.
 
-Kinds: ``precision`` from the fp16 range (an exact power-of-two rescale, :mod:`.fp16_range`) and
+Kinds: ``precision`` from the fp16 range (an exact power-of-two rescale, :mod:`.fp16_range`), ``real_bug``
+at a fused MNN op that lost its Relu (``Max(x, 0)`` instead, :mod:`.fused_activation`) and
 ``input_not_copied`` (``shapeMutable`` false in the test dir, :mod:`.shape_mutable`). A solved case goes into
-the cases file only after every proof check passed.
+the cases file only when every proof check passed and nothing is left to prove on a phone.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..errors import BadInputError
 from ..progress import NULL_PROGRESS, Progress
@@ -28,6 +30,11 @@ def run_fix(result: str, out: Path, *, model: str | None = None, input_range: di
 
         fixed = fix_fp16_range(source, model=model, input_range=input_range, out=out, soc_model=soc_model,
                                timeout=timeout, force=force, progress=progress)
+    elif v.kind == "real_bug" and _fused_relu(source) is not None:
+        from .fused_activation import fix_fused_activation
+
+        fixed = fix_fused_activation(source, _fused_relu(source) or "", model=model, out=out, timeout=timeout,
+                                     force=force, progress=progress)
     elif v.kind == "input_not_copied":
         from .shape_mutable import fix_shape_mutable
 
@@ -35,10 +42,16 @@ def run_fix(result: str, out: Path, *, model: str | None = None, input_range: di
         fixed = fix_shape_mutable(test_dir, verdict, before, source.result.mnn_model)
     else:
         raise BadInputError(f"no automatic fix for the verdict {verdict}",
-                            hint="fix kinds: precision from the fp16 range (rescale) and input_not_copied "
-                            "(shapeMutable); follow the comparison's next_steps for the others")
-    if fixed.proven and cases:
+                            hint="fix kinds: precision from the fp16 range (rescale), real_bug at a fused MNN "
+                            "op that lost its Relu, input_not_copied (shapeMutable); follow the comparison's next_steps for the others")
+    if fixed.proven and not fixed.not_proven and cases:
         from .cases import record_case
 
         fixed.case_file = record_case(cases, source.result, fixed)
     return fixed
+
+
+def _fused_relu(source: Any) -> str | None:
+    from .fused_activation import fused_activation
+
+    return fused_activation(source.result)

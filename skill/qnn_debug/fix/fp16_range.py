@@ -78,7 +78,7 @@ def fix_fp16_range(source: Source, *, model: str | None, input_range: dict[str, 
 
     fs.make_dirs(out, what="fix output directory")
     worst_path = save_npz(out / "worst_case_inputs.npz", worst) if ranges else None
-    proof = [_fp32_check(original, fixed, {"sample": sample, **({"worst case": worst} if ranges else {})})]
+    proof = [fp32_check(original, fixed, {"sample": sample, **({"worst case": worst} if ranges else {})})]
     with progress.stage("fix: prove", total=None, message="fix: re-running the fixed model on the simulator"):
         after, checks = _simulate(artefact, source.baseline / INPUTS_FILE, worst_path, out, outputs, before.tensor,
                                   soc_model, timeout, force, progress)
@@ -239,7 +239,7 @@ def _g(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(f"{x:.6g}")
 
 
-def _fp32_check(original: onnx.ModelProto, fixed: onnx.ModelProto, feeds: dict[str, dict[str, np.ndarray]]) -> ProofCheck:
+def fp32_check(original: onnx.ModelProto, fixed: onnx.ModelProto, feeds: dict[str, dict[str, np.ndarray]]) -> ProofCheck:
     worst, where = 0.0, []
     outputs = [o.name for o in original.graph.output]
     for label, inputs in feeds.items():
