@@ -199,6 +199,58 @@ async def test_fused_activation_fix_through_the_mcp_tool(tmp_path: Path) -> None
     assert not (tmp_path / "qnn-debug-cases.jsonl").exists()
 
 
+# (layers, hidden): two sizes of the tiny Qwen3-shaped export with activation encodings on its integer tensors
+LLM_SIZES = [(2, 128), (1, 64)]
+
+
+@pytest.mark.parametrize(("layers", "hidden"), LLM_SIZES)
+def test_llm_export_encodings_on_integer_tensors_are_removed_in_place_and_rechecked(tmp_path: Path, layers: int,
+                                                                                     hidden: int):
+    from qnn_debug.llm.tiny import TinyExportRequest, build_tiny_export
+    from qnn_debug.llm.tiny_graph import TinyQwen3Config
+
+    folder = Path(build_tiny_export(tmp_path / "export", TinyExportRequest(
+        fault="index_quant", config=TinyQwen3Config(layers=layers, hidden=hidden, heads=4, kv_heads=2))).dir)
+    previous = (folder / "llm.mnn").read_bytes()
+    code, r = _fix(str(folder), "--out", str(tmp_path / "fix"), "--cases", str(tmp_path / "cases.jsonl"))
+    assert code == 0 and r["kind"] == "llm_export" and r["proven"], r["summary"]
+    assert r["findings_before"] == ["quant_on_integer_tensor"] and r["findings_after"] == []
+    assert all(c["passed"] for c in r["proof"]) and "bit-identical: True" in r["proof"][0]["detail"]
+    assert (folder / "llm.mnn.previous").read_bytes() == previous and (folder / "llm.mnn").read_bytes() != previous
+    assert len((folder / "llm.mnn").read_bytes()) == len(previous)  # an in-place edit of the describe vector
+    again = runner.invoke(app, ["llm-check", str(folder), "--json"])
+    assert "quant_on_integer_tensor" not in {f["id"] for f in json.loads(again.stdout)["findings"]}
+    reexport, generate = r["commands"]
+    assert reexport.startswith("python3 llmexport.py --path ") and "--generate_for_npu --smooth" in reexport
+    assert generate.startswith(f"python3 generate_llm_qnn.py --model {folder} --soc_id 69 --dsp_arch v")
+    assert r["not_proven"] and not (tmp_path / "cases.jsonl").exists()
+
+
+@pytest.mark.anyio
+async def test_llm_export_fix_through_the_mcp_tool(tmp_path: Path) -> None:
+    from qnn_debug.llm.tiny import TinyExportRequest, build_tiny_export
+
+    build_tiny_export(tmp_path / "export", TinyExportRequest(fault="index_quant"))
+    async with connect(tmp_path, "auto") as client:
+        answer = ok(await client.call_tool("fix_and_prove", {"result": "export", "background": False}))
+    r = answer["result"]
+    assert r["kind"] == "llm_export" and r["proven"] and r["findings_after"] == []
+    assert (tmp_path / "export" / "llm.mnn.previous").is_file() and len(r["commands"]) == 2
+
+
+def test_llm_finding_outside_the_graph_gets_the_commands_and_leaves_llm_mnn_alone(tmp_path: Path):
+    from qnn_debug.llm.tiny import TinyExportRequest, build_tiny_export
+
+    folder = Path(build_tiny_export(tmp_path / "export", TinyExportRequest(fault="mul_encoding")).dir)
+    previous = (folder / "llm.mnn").read_bytes()
+    check = runner.invoke(app, ["llm-check", str(folder), "--json"])
+    (tmp_path / "check.json").write_text(check.stdout)
+    code, r = _fix(str(tmp_path / "check.json"), "--out", str(tmp_path / "fix"))
+    assert code == 0 and r["kind"] == "llm_export" and not r["proven"] and r["artefact"] is None
+    assert "mul_output_shares_operand_encoding" in r["findings_before"] and len(r["commands"]) == 2
+    assert (folder / "llm.mnn").read_bytes() == previous and not (folder / "llm.mnn.previous").exists()
+
+
 @pytest.mark.parametrize("double", ["other_data", "constant_copy"])
 def test_input_not_copied_sets_shape_mutable_false_and_says_what_is_not_proven(
         mnn_fixtures: Path, tmp_path: Path, double: str):

@@ -25,7 +25,10 @@ the sample and the worst-case input, the baseline's range analysis clean on both
 simulator's verdict without the range finding with outputs at the fp16 floor. real_bug at a fused
 MNN op (Deconvolution/Convolution) that lost its Relu: the Relu becomes Max(x, 0), which MNN's
 converter keeps as its own BinaryOp; proof: the converted .mnn no longer fuses it, fp32 and MNN CPU
-still match; `not_proven` names the phone run that proves MNN's QNN translation. input_not_copied:
+still match; `not_proven` names the phone run that proves MNN's QNN translation. An llmexport folder
+(or its llm-check JSON): the re-export and generate_llm_qnn.py command lines for it, and activation
+encodings on integer tensors removed from llm.mnn in place (previous file kept as llm.mnn.previous)
+once the edit is shown to touch nothing else and llm-check no longer reports it. input_not_copied:
 shapeMutable false in `test_dir` (previous input.json kept) and the re-run command, stated as not
 provable without the phone. Returns before/after verdict and SQNR (first failing tensor, outputs);
 a solved case goes to the workspace's cases file only once every check passed."""

@@ -532,7 +532,7 @@ class FixRequest(Request):
 
     result: Annotated[str, PathRole("any"), Cli(positional=True), Field(
         min_length=1, max_length=4096, description="The verdict to fix: a diagnose --out folder, its report/ "
-        "folder, or a compare JSON file (compare --json FILE)")]
+        "folder, a compare JSON file (compare --json FILE), or an llmexport folder / its llm-check JSON")]
     model: Annotated[str | None, PathRole("file"), Cli(flag="--model"), Field(
         default=None, max_length=4096, description="The .onnx to fix (default: the one the comparison names)")] = None
     input_range: Annotated[

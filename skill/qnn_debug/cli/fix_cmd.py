@@ -34,6 +34,10 @@ def human(r: Any, request: Any) -> None:
         typer.echo(f"  [{'pass' if c.passed else 'FAIL'}] {c.name}: {c.detail}")
     for line in (_numbers("before", r.before), _numbers("after", r.after)):
         typer.echo(line)
+    if r.findings_before:
+        typer.echo(f"llm-check findings before: {', '.join(r.findings_before)}; after: {', '.join(r.findings_after) or 'none'}")
+    for line in r.commands:
+        typer.echo(f"  run: {line}")
     for n in r.not_proven:
         typer.echo(f"not proven here: {n}")
     if r.case_file:
@@ -42,11 +46,13 @@ def human(r: Any, request: Any) -> None:
         typer.echo(("next steps:\n" if i == 1 else "") + f"  {i}. {step.cli}    # {step.why}")
 
 
-op_command("fix", "fix", human, exit_code=lambda r: 0 if r.proven or r.kind == "shape_mutable" else 1, help_text=(
+op_command("fix", "fix", human, exit_code=lambda r: 1 if r.proof and not r.proven else 0, help_text=(
     "Write the fix for a comparison's verdict next to your file (never over it) and prove it.\n\n"
     "precision from the fp16 range: an exact power-of-two rescale, sized over --input-range, proven by fp32 "
     "equality, the range analysis on the sample and the worst case, and the HTP simulator. real_bug at a fused "
     "MNN op that lost its Relu: Relu as Max(x, 0), proven unfused in the converted .mnn and on MNN CPU (the QNN "
-    "translation needs the phone: the command is printed). input_not_copied: "
+    "translation needs the phone: the command is printed). An llmexport folder (or its llm-check JSON): the "
+    "re-export and generate_llm_qnn.py lines, and encodings on integer tensors removed from llm.mnn (previous "
+    "file kept), re-checked. input_not_copied: "
     "shapeMutable false in --test-dir. A solved case is appended to --cases only once the proof passed. Exit 1 "
     "when a fix was written but its proof failed."))

@@ -20,8 +20,13 @@ def run_fix(result: str, out: Path, *, model: str | None = None, input_range: di
             test_dir: str | None = None, soc_model: int = 69, timeout: float = 1800.0, force: bool = False,
             cases: str | None = None, progress: Progress = NULL_PROGRESS) -> FixResult:
     """Fix the verdict of the comparison at ``result`` (see :func:`.source.load_source`)."""
+    from .llm_export import is_export
     from .source import load_source, numbers  # here: importing the package (for its models) stays light
 
+    if is_export(result):
+        from .llm_export import fix_llm_export
+
+        return fix_llm_export(result, out=out, soc_model=soc_model, timeout=timeout, progress=progress)
     source = load_source(result)
     v = source.result.verdict
     verdict = f"{v.kind} ({v.pattern})"

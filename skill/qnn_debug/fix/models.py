@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from ..next_step import NextStep
 
-FixKind = Literal["fp16_rescale", "fused_activation", "shape_mutable", "none"]
+FixKind = Literal["fp16_rescale", "fused_activation", "shape_mutable", "llm_export", "none"]
 # The verdict patterns of an fp16-range finding (the older name and newer ones); the evidence key decides as well.
 RANGE_PATTERNS = frozenset({"nan_inf", "range_saturation", "fp16_range", "saturation", "fp16_saturation"})
 
@@ -65,6 +65,9 @@ class FixResult(BaseModel):
     input_range: dict[str, list[float]] = Field(default_factory=dict)
     input_range_source: str | None = None  # "declared" or "sample" (min..max of the sample input)
     out: str | None = None  # proof runs
+    commands: list[str] = Field(default_factory=list)  # llm_export: re-export / generate_llm_qnn.py lines, as run
+    findings_before: list[str] = Field(default_factory=list)  # llm_export: llm-check finding ids
+    findings_after: list[str] = Field(default_factory=list)
     mnn_models: dict[str, str] = Field(default_factory=dict)  # fused_activation: the .mnn converted before/after
     case_file: str | None = None  # the cases file a solved case was appended to (only after the proof passed)
     next_steps: list[NextStep] = Field(default_factory=list)
