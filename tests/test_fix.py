@@ -79,6 +79,37 @@ def test_l2norm_on_pixels_is_rescaled_exactly_and_proven_over_the_declared_range
     assert again["case_file"] is None and len((tmp_path / "cases.jsonl").read_text().splitlines()) == 1  # once
 
 
+def _with_reduce_sum_square(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same L2-norm with its x*x -> ReduceSum written as one ReduceSumSquare (the simulator refuses that op)."""
+    from onnx import helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    nodes = [n for n in m.graph.node if n.name != "square"]
+    for n in nodes:
+        if n.name == "sumsq":
+            n.CopyFrom(helper.make_node("ReduceSumSquare", ["feat"], ["sumsq"], name="sumsq", keepdims=1, axes=[1, 2, 3]))
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_a_reduce_sum_square_model_is_rescaled_and_rewritten_for_the_simulator(tmp_path: Path):
+    model = l2norm_net(variant="global", conv=True, channels=3, size=16)
+    diag = _diagnose(tmp_path, "l2", model, {"x": pixels(3, 16)})  # the Mul+ReduceSum form runs on the simulator
+    onnx.save(_with_reduce_sum_square(model), str(tmp_path / "l2rss.onnx"))
+    code, r = _fix(str(diag), "--model", str(tmp_path / "l2rss.onnx"), "--input-range", "x=0:255",
+                   "--out", str(tmp_path / "fix"), "--cases", str(tmp_path / "cases.jsonl"))
+    assert code == 0 and r["proven"], r["summary"]
+    assert "ReduceSumSquare rewritten as ReduceSum(Mul(x, x))" in r["summary"]
+    exact, rewrite = r["proof"][:2]
+    assert "0 ulp" in exact["detail"] and rewrite["name"].startswith("ReduceSumSquare") and rewrite["passed"]
+    fixed = onnx.load(r["artefact"])
+    assert "ReduceSumSquare" not in {n.op_type for n in fixed.graph.node} and r["after"]["verdict"] == "ok"
+    assert r["sites"][0]["overflow_op"] == "sumsq" and "folded into Conv mix" in r["sites"][0]["place"]
+
+
 def test_decoder_rmsnorms_with_outlier_channels_are_rescaled_in_place_of_each_norm(tmp_path: Path):
     diag = _diagnose(tmp_path, "dec", decoder_llm(hidden=64, layers=2, big_value=1500.0, tokens=16),
                      {"ids": token_ids(16, 96)})

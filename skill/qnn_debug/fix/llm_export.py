@@ -90,15 +90,17 @@ def fix_llm_export(path: str, *, out: Path, soc_model: int, timeout: float, prog
                              and not new, detail=f"findings before: {', '.join(ids_before) or 'none'}; "
                              f"after: {', '.join(after_ids) or 'none'}" + (f"; new: {', '.join(new)}" if new else "")))
     proven = all(c.passed for c in checks)
-    artefact = None
+    artefact, kept = None, Path(PREVIOUS)
     if proven:  # only a proven edit replaces the user's file; the previous one is kept beside it
         model = Path(export_dir) / MODEL_FILE
-        fs.atomic_write_bytes(Path(export_dir) / PREVIOUS, fs.read_bytes(model, what="llm.mnn"), what="previous llm.mnn")
+        kept = _free(Path(export_dir) / PREVIOUS)
+        with fs.open_new(kept, what="previous llm.mnn") as f:
+            f.write(fs.read_bytes(model, what="llm.mnn"))
         fs.atomic_write_bytes(model, fs.read_bytes(edited, what="edited llm.mnn"), what="llm.mnn")
         artefact = str(model)
     summary = (f"{'Proven' if proven else 'NOT proven'}: {len(removed)} activation encoding(s) removed from integer "
                f"tensors of llm.mnn ({', '.join(removed[:6])}{'...' if len(removed) > 6 else ''})"
-               + (f"; llm.mnn replaced, the previous file kept as {PREVIOUS}" if proven else "; llm.mnn left as it was")
+               + (f"; llm.mnn replaced, the previous file kept as {kept.name}" if proven else "; llm.mnn left as it was")
                + f". Then regenerate the QNN graphs with the second command below ({why}).")
     steps.append(NextStep(tool="compare_llm_text", cli=f"qnn-debug llm-text {shlex.quote(export_dir)}",
                           why="the edited model still generates on MNN's CPU runtime"))
@@ -152,11 +154,19 @@ def _edit(folder: Any, out: Path, timeout: float) -> tuple[Path, list[str], list
     return edited, names, checks
 
 
+def _free(path: Path) -> Path:
+    """``path``, or ``path2``, ``path3``... when taken: a kept previous file is never replaced."""
+    candidate, n = path, 2
+    while candidate.exists() or candidate.is_symlink():
+        candidate, n = path.with_name(f"{path.name}{n}"), n + 1
+    return candidate
+
+
 def _stage_folder(src: Path, dst: Path, model: Path) -> None:
     """The export folder as it will be after the edit (small files and the edited model; not the weight file, which
     llm-check only looks for), to re-check without touching the user's folder."""
     fs.make_dirs(dst, what="re-check folder")
     for f in src.iterdir():
-        if f.is_file() and f.name not in (MODEL_FILE, PREVIOUS) and not f.name.endswith(".weight"):
+        if f.is_file() and f.name != MODEL_FILE and not f.name.startswith(PREVIOUS) and not f.name.endswith(".weight"):
             fs.copy_file(f, dst / f.name)
     fs.copy_file(model, dst / MODEL_FILE)
