@@ -230,6 +230,38 @@ async def test_fused_activation_fix_through_the_mcp_tool(tmp_path: Path) -> None
     assert not (tmp_path / "qnn-debug-cases.jsonl").exists()
 
 
+def _clipped_encoding(folder: Path, bits: int) -> tuple[Path, Path]:
+    """A QDQ deep conv net whose mid-network activation encoding is a quarter of the calibrated range, run on the
+    simulator and compared: quantization located at that encoding."""
+    from quant_models import activation_points, shrink_encoding
+    from test_numerics_quant import CONFIGS, _as_npz, _setup
+
+    _, q, _ = _setup(folder, *CONFIGS["a8w8" if bits == 8 else "a16w8"])
+    shrunk = activation_points(onnx.load(str(q)))[3 if bits == 8 else 2]
+    onnx.save(shrink_encoding(onnx.load(str(q)), shrunk), str(folder / "shrunk.onnx"))
+    npz = _as_npz(folder, folder / "shrunk.onnx", "shrunk")
+    res = runner.invoke(app, ["compare", str(folder / "base"), str(npz), "--json", str(folder / "compare.json")])
+    assert res.exit_code == 0, res.output
+    return folder / "compare.json", folder / "shrunk.onnx"
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_clipping_encoding_is_recomputed_from_the_reference_range_and_rerun(tmp_path: Path, bits: int):
+    result, qdq = _clipped_encoding(tmp_path, bits)
+    code, r = _fix(str(result), "--model", str(qdq), "--out", str(tmp_path / "fix"))
+    assert code == 0 and r["kind"] == "encoding" and r["proven"], r["summary"]
+    assert r["before"]["pattern"] == "encoding_range" and r["after"]["pattern"] != "encoding_range"
+    assert r["after"]["tensor_sqnr_db"] > r["before"]["tensor_sqnr_db"] + 20
+    override = json.loads((tmp_path / "shrunk.encodings-fixed.json").read_text())["activation_encodings"]
+    (tensor, (enc,)), = override.items()
+    assert tensor == r["before"]["tensor"] and enc["bitwidth"] == bits
+    from qnn_debug.runstore import load_run
+
+    ref = np.asarray(load_run(tmp_path / "base" / "reference").array(tensor))
+    assert enc["min"] <= ref.min() and enc["max"] >= ref.max()
+    assert Path(r["artefact"]).name == "shrunk.encodings-fixed.onnx"
+
+
 # (layers, hidden): two sizes of the tiny Qwen3-shaped export with activation encodings on its integer tensors
 LLM_SIZES = [(2, 128), (1, 64)]
 

@@ -28,7 +28,10 @@ converter keeps as its own BinaryOp; proof: the converted .mnn no longer fuses i
 still match; `not_proven` names the phone run that proves MNN's QNN translation. An llmexport folder
 (or its llm-check JSON): the re-export and generate_llm_qnn.py command lines for it, and activation
 encodings on integer tensors removed from llm.mnn in place (previous file kept as llm.mnn.previous)
-once the edit is shown to touch nothing else and llm-check no longer reports it. input_not_copied:
+once the edit is shown to touch nothing else and llm-check no longer reports it. quantization at
+a clipping encoding (encoding_range; `model` = the QDQ .onnx the target ran): the encoding recomputed
+from the reference range, written as a new QDQ model and an encoding-override JSON, re-run quantized
+on the simulator. input_not_copied:
 shapeMutable false in `test_dir` (previous input.json kept) and the re-run command, stated as not
 provable without the phone. Returns before/after verdict and SQNR (first failing tensor, outputs);
 a solved case goes to the workspace's cases file only once every check passed."""

@@ -53,6 +53,7 @@ op_command("fix", "fix", human, exit_code=lambda r: 1 if r.proof and not r.prove
     "MNN op that lost its Relu: Relu as Max(x, 0), proven unfused in the converted .mnn and on MNN CPU (the QNN "
     "translation needs the phone: the command is printed). An llmexport folder (or its llm-check JSON): the "
     "re-export and generate_llm_qnn.py lines, and encodings on integer tensors removed from llm.mnn (previous "
-    "file kept), re-checked. input_not_copied: "
+    "file kept), re-checked. quantization at a clipping encoding: the encoding from the reference range (give "
+    "--model with the QDQ model), re-run quantized on the simulator. input_not_copied: "
     "shapeMutable false in --test-dir. A solved case is appended to --cases only once the proof passed. Exit 1 "
     "when a fix was written but its proof failed."))

@@ -40,6 +40,11 @@ def run_fix(result: str, out: Path, *, model: str | None = None, input_range: di
 
         fixed = fix_fused_activation(source, _fused_relu(source) or "", model=model, out=out, timeout=timeout,
                                      force=force, progress=progress)
+    elif v.kind == "quantization" and v.pattern == "encoding_range":
+        from .encoding import fix_encoding
+
+        fixed = fix_encoding(source, model=model, out=out, soc_model=soc_model, timeout=timeout, force=force,
+                             progress=progress)
     elif v.kind == "input_not_copied":
         from .shape_mutable import fix_shape_mutable
 

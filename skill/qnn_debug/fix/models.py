@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from ..next_step import NextStep
 
-FixKind = Literal["fp16_rescale", "fused_activation", "shape_mutable", "llm_export", "none"]
+FixKind = Literal["fp16_rescale", "fused_activation", "shape_mutable", "llm_export", "encoding", "none"]
 # The verdict patterns of an fp16-range finding (the older name and newer ones); the evidence key decides as well.
 RANGE_PATTERNS = frozenset({"nan_inf", "range_saturation", "fp16_range", "saturation", "fp16_saturation"})
 
