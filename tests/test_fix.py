@@ -262,6 +262,24 @@ def test_clipping_encoding_is_recomputed_from_the_reference_range_and_rerun(tmp_
     assert Path(r["artefact"]).name == "shrunk.encodings-fixed.onnx"
 
 
+@pytest.mark.anyio
+async def test_encoding_and_shape_mutable_fixes_through_the_mcp_tool(mnn_fixtures: Path, tmp_path: Path) -> None:
+    import shutil
+
+    _clipped_encoding(tmp_path, 8)
+    (tmp_path / "td").mkdir()
+    _input_not_copied(tmp_path / "td", mnn_fixtures, "other_data")
+    shutil.copytree(mnn_fixtures / "testdir", tmp_path / "td" / "testdir")
+    async with connect(tmp_path, "auto") as client:
+        enc = ok(await client.call_tool("fix_and_prove", {"result": "compare.json", "model": "shrunk.onnx",
+                                                          "background": False}))
+        sm = ok(await client.call_tool("fix_and_prove", {"result": "td/compare.json", "test_dir": "td/testdir",
+                                                         "background": False}))
+    assert enc["result"]["kind"] == "encoding" and enc["result"]["proven"]
+    assert sm["result"]["kind"] == "shape_mutable" and not sm["result"]["proven"]
+    assert json.loads((tmp_path / "td" / "testdir" / "input.json").read_text())["shapeMutable"] is False
+
+
 # (layers, hidden): two sizes of the tiny Qwen3-shaped export with activation encodings on its integer tensors
 LLM_SIZES = [(2, 128), (1, 64)]
 
@@ -314,9 +332,8 @@ def test_llm_finding_outside_the_graph_gets_the_commands_and_leaves_llm_mnn_alon
     assert (folder / "llm.mnn").read_bytes() == previous and not (folder / "llm.mnn.previous").exists()
 
 
-@pytest.mark.parametrize("double", ["other_data", "constant_copy"])
-def test_input_not_copied_sets_shape_mutable_false_and_says_what_is_not_proven(
-        mnn_fixtures: Path, tmp_path: Path, double: str):
+def _input_not_copied(tmp_path: Path, mnn_fixtures: Path, double: str) -> None:
+    """compare.json in ``tmp_path``: input_not_copied (a baseline on other data, or the input copy made constant)."""
     import shutil
 
     from qnn_debug.baseline import run_baseline
@@ -336,6 +353,14 @@ def test_input_not_copied_sets_shape_mutable_false_and_says_what_is_not_proven(
     res = runner.invoke(app, ["compare", str(tmp_path / "base"), str(dump), "--mnn-model",
                               str(mnn_fixtures / "test.mnn"), "--json", str(tmp_path / "compare.json")])
     assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("double", ["other_data", "constant_copy"])
+def test_input_not_copied_sets_shape_mutable_false_and_says_what_is_not_proven(
+        mnn_fixtures: Path, tmp_path: Path, double: str):
+    import shutil
+
+    _input_not_copied(tmp_path, mnn_fixtures, double)
     shutil.copytree(mnn_fixtures / "testdir", tmp_path / "testdir")
     previous = (tmp_path / "testdir" / "input.json").read_text()
     code, r = _fix(str(tmp_path / "compare.json"), "--test-dir", str(tmp_path / "testdir"),
