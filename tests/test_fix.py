@@ -248,8 +248,11 @@ def _clipped_encoding(folder: Path, bits: int) -> tuple[Path, Path]:
 @pytest.mark.parametrize("bits", [8, 16])
 def test_clipping_encoding_is_recomputed_from_the_reference_range_and_rerun(tmp_path: Path, bits: int):
     result, qdq = _clipped_encoding(tmp_path, bits)
-    code, r = _fix(str(result), "--model", str(qdq), "--out", str(tmp_path / "fix"))
+    code, r = _fix(str(result), "--model", str(qdq), "--out", str(tmp_path / "fix"),
+                   "--cases", str(tmp_path / "cases.jsonl"))
     assert code == 0 and r["kind"] == "encoding" and r["proven"], r["summary"]
+    case = json.loads((tmp_path / "cases.jsonl").read_text())
+    assert "clips the reference range" in case["cause"] and "fp16" not in case["cause"] + case["fix"]
     assert r["before"]["pattern"] == "encoding_range" and r["after"]["pattern"] != "encoding_range"
     assert r["after"]["tensor_sqnr_db"] > r["before"]["tensor_sqnr_db"] + 20
     override = json.loads((tmp_path / "shrunk.encodings-fixed.json").read_text())["activation_encodings"]
