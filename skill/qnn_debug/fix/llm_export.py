@@ -137,7 +137,7 @@ def _edit(folder: Any, out: Path, timeout: float) -> tuple[Path, list[str], list
         f"{outside}")]
 
     def to_json(a: Path, b: Path) -> dict[str, Any]:
-        run_worker("qnn_debug.workers.mnn_json_worker", {"mode": "to_json", "src": str(a), "dst": str(b)},
+        run_worker("qnn_debug.workers.mnn_json_worker", {"src": str(a), "dst": str(b)},
                    log_path=out / f"{b.name}.log", timeout=timeout, what="MNN converter")
         doc: dict[str, Any] = fs.read_json(b, what="llm.mnn as JSON", max_bytes=1 << 31)
         return doc
