@@ -39,6 +39,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "probe_device": {"serial": "R58M123", "mode": "online"},
     "case_add": {"category": "convert_segfault", "match": "Segmentation fault in MNN2QNNModel",
                  "cause": "a map miss", "fix": "re-export"},
+    "fix": {"result": "diag", "input_range": {"x": [0, 255]}, "cases": "cases.jsonl"},
 }
 HEAVY = ("numpy", "onnx", "onnxruntime", "MNN", "matplotlib")
 

@@ -14,6 +14,7 @@ from ..device.probe import ProbeResult
 from ..device_models import DevicesResult, ImportResult, RunModelResult
 from ..diagnose_models import DiagnoseResult
 from ..dump_models import DumpResult
+from ..fix.models import FixResult
 from ..llm.check_models import LlmCheckResult
 from ..llm.text_models import LlmTextResult
 from ..localise.models import BisectResult, BlockResult
@@ -30,6 +31,7 @@ from .requests import (
     DevicesRequest,
     DiagnoseRequest,
     DumpRequest,
+    FixRequest,
     ImportDumpRequest,
     LlmCheckRequest,
     LlmTextRequest,
@@ -63,6 +65,7 @@ TABLE: list[tuple[str, type[BaseModel], type[BaseModel], bool, str]] = [
     ("devices", DevicesRequest, DevicesResult, False, "the phones adb sees and their state"),
     ("probe_device", ProbeDeviceRequest, ProbeResult, False, "a phone's SoC, HTP arch and the MNN/QNN runtime files it lacks (with the adb push for each)"),
     ("case_add", CaseAddRequest, CaseFile, False, "append one solved case to the cases file triage reads"),
+    ("fix", FixRequest, FixResult, True, "write the fix for a verdict next to the user's file and prove it (fp16 rescale, shapeMutable)"),
 ]
 
 for _name, _request, _result, _long, _summary in TABLE:

@@ -507,3 +507,52 @@ class CaseAddRequest(Request):
         max_length=300, description="Issue URL, commit or run that confirmed it")] = ""
     cases: Annotated[str, PathRole("file"), Cli(flag="--cases"), Field(
         min_length=1, max_length=4096, description="Cases file to append to (created if absent)")] = "qnn-debug-cases.jsonl"
+
+
+# --- fix: the fixed artefact for a verdict, proven --------------------------------------------------------
+
+def parse_range_args(pairs: list[str] | None) -> dict[str, list[float]] | None:
+    """``--input-range x=0:255`` (repeatable) as ``{"x": [0.0, 255.0]}``."""
+    if not pairs:
+        return None
+    out: dict[str, list[float]] = {}
+    for pair in pairs:
+        name, sep, span = pair.rpartition("=")
+        lo, colon, hi = span.partition(":")
+        try:
+            if not (sep and colon and name):
+                raise ValueError(pair)
+            out[name] = [float(lo), float(hi)]
+        except ValueError:
+            raise BadInputError(f"bad --input-range {pair!r}", hint="use NAME=MIN:MAX, e.g. --input-range x=0:255") from None
+    return out
+
+
+class FixRequest(Request):
+    """A comparison whose verdict to fix: the fixed artefact is written next to the user's file and proven."""
+
+    result: Annotated[str, PathRole("any"), Cli(positional=True), Field(
+        min_length=1, max_length=4096, description="The verdict to fix: a diagnose --out folder, its report/ "
+        "folder, a compare JSON file (compare --json FILE), or an llmexport folder / its llm-check JSON")]
+    model: Annotated[str | None, PathRole("file"), Cli(flag="--model"), Field(
+        default=None, max_length=4096, description="The .onnx to fix (default: the one the comparison names)")] = None
+    input_range: Annotated[
+        dict[Annotated[str, Field(min_length=1, max_length=256)],
+             Annotated[list[float], Field(min_length=2, max_length=2)]] | None,
+        Cli(flag="--input-range", parse=parse_range_args, metavar="NAME=MIN:MAX"), Field(
+            default=None, max_length=64, description='Declared range of each float input, e.g. {"x": [0, 255]} for raw '
+            "pixels (on the command line x=0:255, repeatable): the rescale is sized from the worst case over it; "
+            "default: the sample input's own min..max")] = None
+    test_dir: Annotated[str | None, PathRole("dir"), Cli(flag="--test-dir"), Field(
+        default=None, max_length=4096, description="input_not_copied: the ModuleBasic test dir the run used (its "
+        "input.json gets shapeMutable false, the previous file kept)")] = None
+    out: Out = Field(None, description="Folder of the proof runs (default: qnn-debug-runs/RESULT/fix)")
+    soc: Soc = DEFAULT_SOC
+    cases: Annotated[str | None, PathRole("file"), Cli(flag="--cases", default="qnn-debug-cases.jsonl"), Field(
+        default=None, max_length=4096, description="Cases file that gets the solved case once every proof check "
+        "passed (created if absent; triage reads it); the command line's default is qnn-debug-cases.jsonl")] = None
+    timeout: Timeout = 1800.0
+    force: Force = False
+
+    def default_out(self) -> tuple[str, str] | None:
+        return _stem(self.result), "fix"

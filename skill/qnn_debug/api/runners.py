@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ..device_models import DevicesResult, ImportResult, RunModelResult
     from ..diagnose_models import DiagnoseResult
     from ..dump_models import DumpResult
+    from ..fix.models import FixResult
     from ..llm.check_models import LlmCheckResult
     from ..llm.text_models import LlmTextResult
     from ..localise.models import BisectResult, BlockResult
@@ -240,3 +241,11 @@ def case_add(request: rq.CaseAddRequest, progress: Progress) -> CaseFile:
         raise BadInputError(f"bad case: {first['loc'][0] if first['loc'] else ''} {first['msg']}",
                             hint="see `qnn-debug case-add --help`") from None
     return append_case(request.cases, record)
+
+
+def fix(request: rq.FixRequest, progress: Progress) -> FixResult:
+    from ..fix import run_fix
+
+    return run_fix(request.result, out_dir(request, request.out), model=request.model, input_range=request.input_range,
+                   test_dir=request.test_dir, soc_model=request.soc, timeout=request.timeout, force=request.force,
+                   cases=request.cases, progress=progress)

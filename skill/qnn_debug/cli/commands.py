@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (imported for their registration side effect)
     demo_cmd,
     diagnose_cmd,
     dump_cmd,
+    fix_cmd,
     llm_check_cmd,
     llm_text_cmd,
     localise_cmd,

@@ -1,0 +1,166 @@
+"""Fix for ``real_bug`` at a fused MNN op that loses its activation: keep the activation out of the fusion.
+
+MNN's converter folds a Relu into the Convolution/Deconvolution before it (the op's ``relu`` flag); MNN's QNN
+backend may then drop it. ``Max(x, 0)`` computes the same values (bit for bit in fp32) but is an elementwise
+BinaryOp the converter does not fold, so the .mnn keeps it as a separate op that the backend translates on its
+own. Proven here: the converted .mnn has the BinaryOp producing the activation's tensor, ONNX Runtime fp32 and
+MNN CPU still match the reference. Not provable without the phone or a host MNN build: MNN's QNN translation.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from .. import fs
+from ..compare.schema import CompareResult
+from ..errors import BadInputError
+from ..onnx_graph import ensure_node_names, graph_outputs, load_onnx
+from ..progress import Progress
+from ..runstore import INPUTS_FILE
+from .models import FixResult, Numbers, ProofCheck
+from .output import write_next_to
+from .source import Source, numbers
+
+SUFFIX = "relu-unfused"
+ACTIVATIONS = {"Relu"}
+MNN_CPU_LIMIT = 0.01  # ModuleBasic's and the baseline gate's relative threshold
+
+
+def fused_activation(result: CompareResult) -> str | None:
+    """The Relu node a fused target op covers at the first failing op, if the verdict is a bug there."""
+    ff = result.first_failing
+    if result.verdict.kind != "real_bug" or ff is None or ff.fused is None:
+        return None
+    for entry in ff.fused.model_nodes:
+        m = re.fullmatch(r"(.+) \(([A-Za-z0-9_]+)\)", entry)
+        if m and m.group(2) in ACTIVATIONS:
+            return m.group(1)
+    return None
+
+
+def unfuse(model: onnx.ModelProto, relu: str) -> onnx.ModelProto:
+    """A copy of ``model`` where Relu node ``relu`` is ``Max(x, 0)`` (same values, not foldable into a conv)."""
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    names = {i.name for i in fixed.graph.initializer} | {o for n in fixed.graph.node for o in n.output}
+    zero = f"{relu}_zero"
+    while zero in names:
+        zero += "_"
+    for i, node in enumerate(fixed.graph.node):
+        if node.name == relu and node.op_type == "Relu":
+            fixed.graph.initializer.append(numpy_helper.from_array(np.array(0.0, dtype=np.float32), zero))
+            fixed.graph.node[i].CopyFrom(helper.make_node("Max", [node.input[0], zero], list(node.output), name=relu))
+            return fixed
+    raise BadInputError(f"the model has no Relu node {relu!r}", hint="pass --model with the .onnx that was compared")
+
+
+def fix_fused_activation(source: Source, relu: str, *, model: str | None, out: Path, timeout: float, force: bool,
+                         progress: Progress) -> FixResult:
+    """Write ``<model>.relu-unfused.onnx`` and prove what this machine can (see the module)."""
+    from ..baseline import run_baseline
+    from ..mnn.model_reader import read_mnn_model
+    from ..workers import run_worker
+    from .fp16_range import fp32_check
+
+    res = source.result
+    ff = res.first_failing
+    assert ff is not None and ff.fused is not None
+    verdict = f"{res.verdict.kind} ({res.verdict.pattern})"
+    model_path = Path(model or res.model or "")
+    if model_path.suffix.lower() != ".onnx":
+        raise BadInputError("the fused-activation fix edits the ONNX model the .mnn is converted from, and the "
+                            "comparison names none", hint="pass --model with that .onnx")
+    if source.baseline is None:
+        raise BadInputError(f"{res.reference} is not a baseline's reference, so the sample inputs are unknown",
+                            hint="compare against a `qnn-debug baseline` folder")
+    original = ensure_node_names(load_onnx(model_path))
+    fixed = unfuse(original, relu)
+    onnx.checker.check_model(fixed)
+    artefact = write_next_to(model_path, SUFFIX, fixed.SerializeToString())
+    outputs = [o.name for o in graph_outputs(original)]
+    before = numbers(res, outputs, report=str(source.path))
+    relu_out = next(n.output[0] for n in original.graph.node if n.name == relu)
+    fs.make_dirs(out, what="fix output directory")
+    from .. import npz_safe
+
+    sample = npz_safe.load_npz(source.baseline / INPUTS_FILE)
+    proof = [fp32_check(original, fixed, {"sample": sample})]
+    mnn: dict[str, Path] = {}
+    with progress.stage("fix: convert", total=None, message="fix: converting both models with MNN's converter"):
+        for role, path in (("original", model_path), ("fixed", artefact)):
+            mnn[role] = out / f"{role}.mnn"
+            run_worker("qnn_debug.workers.mnn_convert_worker", {"src": str(path), "dst": str(mnn[role])},
+                       log_path=out / f"convert_{role}.log", timeout=timeout, what="MNN converter")
+    before_mnn, after_mnn = read_mnn_model(mnn["original"]), read_mnn_model(mnn["fixed"])
+    proof.append(_unfused_check(before_mnn, after_mnn, relu_out, ff.fused.op_type))
+    base = run_baseline(artefact, out / "baseline", inputs=source.baseline / INPUTS_FILE, force=force, mnn_gate=True,
+                        progress=progress)
+    gate = base.report.gate
+    err = gate.max_rel_error if gate is not None else None
+    proof.append(ProofCheck(name="MNN CPU matches the reference", passed=err is not None and err <= MNN_CPU_LIMIT,
+                            detail=f"the fixed model's .mnn on MNN CPU fp32 against ONNX Runtime: max relative error "
+                            f"{'n/a' if err is None else f'{err:.2g}'} (limit {MNN_CPU_LIMIT:g}; gate "
+                            f"{gate.status if gate else 'not run'})"))
+    after = _simulated(artefact, source.baseline / INPUTS_FILE, out, outputs, ff.tensor, timeout, force, progress)
+    rerun = (f"qnn-debug run {shlex.quote(str(mnn['fixed']))} --target device --baseline "
+             f"{shlex.quote(str(out / 'baseline'))}")
+    proven = all(c.passed for c in proof)
+    not_proven = [f"that MNN's QNN backend now computes {relu} (the separate BinaryOp) right: this needs the phone "
+                  f"or a host MNN build with the QNN backend; run: {rerun}"]
+    from ..next_step import NextStep
+
+    steps = [NextStep(tool="run_on_device", cli=rerun, why="the fixed .mnn on the phone's QNN backend, judged "
+                      "against the fp32 reference: the first failing op must be gone")]
+    summary = (f"{'Proven here' if proven else 'NOT proven'}: {relu} (Relu fused into {ff.fused.op_type} {ff.fused.op}) "
+               f"rewritten as Max(x, 0) in {artefact.name}; {proof[1].detail}. Before: {_n(before)}; the fixed ONNX "
+               f"on the HTP simulator (ONNX Runtime's QNN EP, not MNN's translation): {_n(after) if after else 'n/a'}. "
+               "Not proven without the phone or a host MNN build: MNN's QNN translation of the separate op.")
+    return FixResult(kind="fused_activation", verdict=verdict, summary=summary, artefact=str(artefact),
+                     proven=proven, proof=proof, not_proven=not_proven, before=before, after=after, out=str(out),
+                     next_steps=steps,
+                     mnn_models={k: str(v) for k, v in mnn.items()})
+
+
+def _simulated(artefact: Path, inputs: Path, out: Path, outputs: list[str], tensor: str, timeout: float, force: bool,
+               progress: Progress) -> Numbers | None:
+    """After numbers: the fixed ONNX diagnosed on the HTP simulator (Qualcomm's numerics, ORT's QNN translation)."""
+    from ..diagnose import diagnose
+
+    diag = diagnose(artefact, out / "htp-sim", inputs=inputs, target="htp-sim", force=force, mnn_gate=False,
+                    timeout=timeout, progress=progress)
+    if diag.compare is None:
+        return None
+    rows = {r.stands_for or r.name for r in diag.compare.tensors}
+    return numbers(diag.compare, outputs, tensor=tensor if tensor in rows else None, report=diag.report_dir)
+
+
+def _n(n: Numbers) -> str:
+    def db(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.1f} dB"
+
+    outs = ", ".join(f"{o} {db(v)}" for o, v in n.outputs_sqnr_db.items())
+    return f"{n.verdict} ({n.pattern}), {db(n.tensor_sqnr_db)} at {n.tensor}, outputs {outs}"
+
+
+def _unfused_check(before: Any, after: Any, relu_out: str, fused_type: str) -> ProofCheck:
+    def producer_type(m: Any) -> str | None:
+        idx = m.tensor_index(relu_out)
+        op = m.producer(idx) if idx is not None else None
+        return op.type_name if op is not None else None
+
+    def binary(m: Any) -> int:
+        return sum(1 for op in m.ops if op.type_name == "BinaryOp")
+
+    was, now = producer_type(before), producer_type(after)
+    extra = binary(after) - binary(before)
+    passed = now == "BinaryOp" and was != "BinaryOp" and extra == 1
+    return ProofCheck(name="the converted .mnn keeps the activation as its own op", passed=passed,
+                      detail=f"{relu_out} is produced by {was} before and by {now} after ({len(before.ops)} -> "
+                      f"{len(after.ops)} ops, {extra:+d} BinaryOp; the {fused_type} no longer carries it)")
