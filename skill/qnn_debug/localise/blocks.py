@@ -31,7 +31,6 @@ from .bisect import RangeFinding, first_out_of_range
 from .cut import Block, block, block_model, decoder_layers
 from .models import BlockCheck, BlockFirstFailing, BlockResult
 from .probe import ProbeTensor
-from .side_by_side import Feeders, side_by_side
 
 RESULT_FILE = "blocks.json"
 WORKER = "qnn_debug.workers.sim_probe_worker"
@@ -57,14 +56,14 @@ class BlockRequest(BaseModel):
     target: Literal["htp-sim", "device", "host"] = "htp-sim"
     force: bool = False
     timeout: float = 1800.0
+    # Peak bytes per process the simulator path keeps (blocks are grouped into sessions within it; one block
+    # that cannot fit is a MemoryBudgetError). None: sized from the machine's free memory.
+    max_memory: int | None = Field(default=None, ge=1 << 20)
 
 
 def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
                thresholds: Thresholds | None = None) -> BlockResult:
     """Localise the first failing decoder block of ``request.model``, then its first failing op."""
-
-    from ..onnx_graph import tensor_elem_types
-    from ..workers import run_worker
 
     started = time.monotonic()
     th = thresholds or Thresholds()
@@ -73,40 +72,12 @@ def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
         from .blocks_mnn import run_blocks_mnn
 
         return run_blocks_mnn(request, out, progress, th, started)
-    cut = cut_blocks(request)
-    target, reference, ref_blocks, tgt_blocks = cut.target, cut.reference, cut.ref_blocks, cut.tgt_blocks
-    plan, values, types, shapes, outs_per_block = cut.plan, cut.values, cut.types, cut.shapes, cut.outs_per_block
-    rng = cut.fp16_range
-    timings: dict[str, float] = {"reference_s": cut.reference_s}
+    from .streamed import save_block, simulate
 
-    t0 = time.monotonic()
     work = out / "blocks"
     work.mkdir(exist_ok=True)
-    op_types = {o: n.op_type for n in reference.graph.node for o in n.output}
-    all_types = {**tensor_elem_types(target), **types}
-    blocks_stage = _stage(work, "blocks", target, reference, [tb.positions for tb in tgt_blocks],
-                          [rb.positions for rb in ref_blocks], outs_per_block, shapes, values, op_types, all_types)
-    judged = sorted(p.name for p in plan if p.kind != "input")
-    keys = {n: f"v{i}" for i, n in enumerate(values)}
-    np.savez(work / "reference_values.npz", **{keys[n]: np.asarray(v) for n, v in values.items()})  # type: ignore[arg-type]
-    ops_job = {"work": str(work), "target": str(Path(request.model).resolve()),
-               "reference": str(Path(request.reference_model or request.model).resolve()),
-               "values": str(work / "reference_values.npz"), "keys": keys, "types": all_types, "judged": judged,
-               "blocks": [tb.positions for tb in tgt_blocks]}
-    timings["prepare_s"] = round(time.monotonic() - t0, 3)
-
-    from ..targets import qnn_ep
-    from ..targets.htp_sim import split_options
-
-    extra, disabled, _ = split_options(request.options)
-    t0 = time.monotonic()
-    response = run_worker(WORKER, {"job": "blocks", "blocks": blocks_stage, "ops_job": ops_job,
-                                   "options": qnn_ep.provider_options(request.soc_model, request.htp_arch, extra),
-                                   "disabled_optimizers": disabled, "thresholds": th.model_dump(mode="json")},
-                          log_path=work / "htp_blocks_worker.log", timeout=request.timeout, progress=progress,
-                          what="HTP simulator block runs")
-    timings["htp_sim_s"] = round(time.monotonic() - t0, 3)
-    timings.update({f"htp_sim_{k}": v for k, v in response.items() if k.endswith("_s")})
+    cut, response, timings = simulate(request, work, progress, th)
+    tgt_blocks, outs_per_block, rng = cut.tgt_blocks, cut.outs_per_block, cut.fp16_range
     checks = []
     for tb, outs, tensors in zip(tgt_blocks, outs_per_block, response["blocks"], strict=True):
         found = [ProbeTensor.model_validate(t) for t in tensors]
@@ -132,7 +103,7 @@ def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
         if request.inner != "none":
             t0 = time.monotonic()
             stem = f"block{k:03d}_layers{bad.first}-{bad.last}"
-            _save_block(work, stem, target, reference, tgt_blocks[k], ref_blocks[k], outs_per_block[k], shapes, values)
+            save_block(cut, work, stem, k)
             (_diagnose_block if request.inner == "diagnose" else _bisect_block)(result, work, stem, request, progress)
             timings[f"{request.inner}_block_s"] = round(time.monotonic() - t0, 3)
     _explain(result, th)
@@ -191,69 +162,6 @@ def cut_blocks(request: BlockRequest) -> BlockCut:
     outs_per_block = [[o for o in rb.outputs if o in target_made] for rb in ref_blocks]
     return BlockCut(target, reference, ref_blocks, tgt_blocks, plan, values, types, shapes, outs_per_block, rng,
                     round(time.monotonic() - t0, 3))
-
-
-def ops_stage(job: dict[str, Any], k: int) -> dict[str, Any] | None:
-    """The side-by-side stage of every op of block ``k`` (built in the simulator worker, for the bad block only)."""
-    import onnx
-
-    from ..onnx_graph import ensure_node_names
-
-    target = ensure_node_names(onnx.load(job["target"]))
-    reference = ensure_node_names(onnx.load(job["reference"]))
-    stored = np.load(job["values"], allow_pickle=False)
-    values = {n: stored[key] for n, key in job["keys"].items()}
-    types = {n: int(t) for n, t in job["types"].items()}
-    shapes = {n: (list(v.shape), _elem(v, types.get(n))) for n, v in values.items()}
-    known, judged = set(values), set(job["judged"])
-    op_types = {o: n.op_type for n in reference.graph.node for o in n.output}
-    t_feeders, r_feeders = Feeders(target, known), Feeders(reference, known)
-    ref_pos = {o: i for i, n in enumerate(reference.graph.node) for o in n.output}
-    pieces, ref_pieces, piece_outs = [], [], []
-    for pos in job["blocks"][k]:
-        outs = [o for o in target.graph.node[pos].output if o in judged and o in ref_pos]
-        if outs:
-            pieces.append(t_feeders.piece(pos))
-            ref_pieces.append(r_feeders.piece(ref_pos[outs[0]]))
-            piece_outs.append(outs)
-    if not pieces:
-        return None
-    return _stage(Path(job["work"]), f"ops{k:03d}", target, reference, pieces, ref_pieces, piece_outs, shapes, values,
-                  op_types, types)
-
-
-def _stage(work: Path, tag: str, target: Any, reference: Any, pieces: list[list[int]], ref_pieces: list[list[int]],
-           outs: list[list[str]], shapes: dict[str, tuple[list[int], int]], values: dict[str, Any],
-           op_types: dict[str, str], types: dict[str, int]) -> dict[str, Any]:
-    """Write one side-by-side stage: the target's pieces, their feeds, and reference + floor values by new name."""
-    import onnx
-
-    from ..inputs import save_npz
-    from ..onnx_graph import fp16_floor
-    from ..targets.onnx_capture import run_on_cpu
-
-    model, maps = side_by_side(target, pieces, outs, shapes, tag="p", types=types)
-    ref_model, ref_maps = side_by_side(reference, ref_pieces, outs, shapes, tag="p", types=types)
-    feeds = {i.name: np.asarray(values[i.name]) for i in model.graph.input}
-    ref_feeds = {i.name: np.asarray(values[i.name]) for i in ref_model.graph.input}
-    floor = run_on_cpu(fp16_floor(ref_model), ref_feeds, [o.name for o in ref_model.graph.output])
-    reference_by_new, floor_by_new = {}, {}
-    for mp, rmp in zip(maps, ref_maps, strict=True):
-        for orig, new in mp.items():
-            reference_by_new[new] = np.asarray(values[orig])
-            if orig in rmp and rmp[orig] in floor:
-                floor_by_new[new] = floor[rmp[orig]]
-    onnx.save(model, str(work / f"{tag}.onnx"))
-    save_npz(work / f"{tag}_feeds.npz", feeds)
-    keys = {new: f"k{i}" for i, new in enumerate(reference_by_new)}  # tensor names are not safe zip member names
-    np.savez(work / f"{tag}_reference.npz", **{keys[n]: v for n, v in reference_by_new.items()})  # type: ignore[arg-type]
-    np.savez(work / f"{tag}_floor.npz", **{keys[n]: v for n, v in floor_by_new.items()})  # type: ignore[arg-type]
-    nodes = target.graph.node
-    return {"model": str(work / f"{tag}.onnx"), "feeds": str(work / f"{tag}_feeds.npz"),
-            "reference": str(work / f"{tag}_reference.npz"), "floor": str(work / f"{tag}_floor.npz"), "keys": keys,
-            "pieces": [{"outputs": mp, "op_types": {o: op_types.get(o) for o in mp},
-                        "op": nodes[piece[-1]].name, "op_type": nodes[piece[-1]].op_type, "position": piece[-1]}
-                       for mp, piece in zip(maps, pieces, strict=True)]}
 
 
 def _save_block(work: Path, stem: str, target: Any, reference: Any, tb: Block, rb: Block, outs: list[str],

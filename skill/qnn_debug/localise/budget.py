@@ -1,0 +1,86 @@
+"""The memory budget of block localisation: how many decoder blocks one session may hold, or a typed refusal.
+
+Why a budget and not "all blocks in one session": a simulator session holds its graph's weights several
+times (fp32 protobuf, QNN's fp16 copy, the HTP graph), so the whole of a 0.6B decoder took 7 GB in the
+worker and 19 GB in the main process. Blocks are grouped, in order, so that each group's estimated peak
+stays within ``--max-memory`` (per process); a single block that cannot fit is a :class:`MemoryBudgetError`
+saying what to lower. Small models still run in one session (the session's ~1 s start-up dominates there).
+
+The factors are measured (``bench/llm_scale.py`` prints the ratios): a simulator session's peak RSS is
+about ``SIM_FACTOR`` times its fp32 weight bytes, the main process's floor run (weights read, rounded to
+fp16, run on ORT CPU) about ``MAIN_FACTOR`` times, each on top of the process's own libraries.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ..errors import BadInputError, MemoryBudgetError
+
+MIB = 1 << 20
+GIB = 1 << 30
+PROCESS_BASE = 600 * MIB  # python + onnxruntime (+ the QNN libraries in the worker), measured on an empty session
+SIM_FACTOR = 4.0
+MAIN_FACTOR = 3.0
+ACTIVATION_FACTOR = 256  # a block's activations (all tensors kept for judging) per byte of its hidden state
+MIN_BUDGET = 1 * GIB
+MAX_DEFAULT = 8 * GIB
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``"6G"``, ``"1536M"``, ``"4GiB"`` or plain bytes → bytes."""
+    m = _SIZE.match(text)
+    if not m:
+        raise BadInputError(f"cannot read the memory size {text!r}", hint="write it like 6G, 1536M or 4GiB")
+    scale = {"": 1, "k": 1 << 10, "m": MIB, "g": GIB, "t": 1 << 40}[m.group(2).lower()]
+    return int(float(m.group(1)) * scale)
+
+
+def available_bytes() -> int:
+    """MemAvailable of this machine (Linux), else total RAM; 8 GiB when neither can be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return MAX_DEFAULT
+
+
+def default_budget() -> int:
+    """Per-process budget when none is given: a third of the free memory (two processes run, with headroom),
+    at least 1 GiB and at most 8 GiB."""
+    return max(MIN_BUDGET, min(MAX_DEFAULT, available_bytes() // 3))
+
+
+def block_cost(weights: int, hidden_state: int) -> int:
+    """Estimated peak bytes one block adds to a simulator session (the larger of the two processes' shares)."""
+    return int(max(SIM_FACTOR, MAIN_FACTOR) * weights) + ACTIVATION_FACTOR * hidden_state
+
+
+def plan_groups(costs: list[int], budget: int, names: list[str]) -> list[list[int]]:
+    """Consecutive blocks packed into groups whose summed cost fits ``budget - PROCESS_BASE``."""
+    room = budget - PROCESS_BASE
+    worst = max(range(len(costs)), key=lambda i: costs[i]) if costs else None
+    if worst is not None and costs[worst] > room:
+        need = costs[worst] + PROCESS_BASE
+        raise MemoryBudgetError(
+            f"{names[worst]} alone needs about {need / GIB:.1f} GiB, over the memory budget of {budget / GIB:.1f} GiB",
+            hint=f"raise --max-memory to at least {(need + GIB - 1) // GIB}G if the machine has it, or lower "
+                 "--layers-per-block (1 is the smallest block) or the prefill length of the inputs",
+            details={"budget_bytes": budget, "block": names[worst], "block_bytes": need})
+    groups: list[list[int]] = []
+    used = room + 1
+    for i, cost in enumerate(costs):
+        if used + cost > room:
+            groups.append([])
+            used = 0
+        groups[-1].append(i)
+        used += cost
+    return groups
