@@ -58,7 +58,7 @@ class BlockRequest(BaseModel):
     timeout: float = 1800.0
     # Peak bytes per process the simulator path keeps (blocks are grouped into sessions within it; one block
     # that cannot fit is a MemoryBudgetError). None: sized from the machine's free memory.
-    max_memory: int | None = Field(default=None, ge=1 << 20)
+    max_memory: int | None = None
 
 
 def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
