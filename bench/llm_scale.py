@@ -11,8 +11,8 @@ cache folder (``bench/.cache``, gitignored). Two faulty copies share the clean c
   ``fp16_range`` at ``/layers.2/input_layernorm/Pow``.
 
 Each case runs ``qnn_debug.localise.blocks.run_blocks`` (what ``qnn-debug localise-blocks --inner none``
-runs) in a fresh child process, so each process's peak RSS is its own: the child's (main process) and its
-workers' (``RUSAGE_CHILDREN``: the largest simulator worker). Printed per case: wall time, the
+runs) in a fresh child process; the peak RSS of that process (the tool's main process) and of every
+process below it (the simulator worker) is read from ``/proc/PID/status`` (VmHWM) while they run. Printed per case: wall time, the
 simulator's own time (sessions + runs of the block stages and the op stage, measured in the worker), the
 tool's overhead (wall - simulator) and its ratio to the simulator time (target <= 0.5), peak RSS per
 process and its ratio to the weight bytes (target <= 4 GiB at 1.7B width), and whether block and op are right.
@@ -79,9 +79,46 @@ def child(args: argparse.Namespace) -> None:
     bad = r.first_failing_block
     print(json.dumps({"wall_s": wall, "timings": r.timings, "verdict": r.verdict,
                       "block": None if bad is None else bad.first, "op": r.first_failing.op if r.first_failing else None,
-                      "range_op": r.fp16_range.op if r.fp16_range else None,
-                      "main_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                      "worker_rss": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024}))
+                      "range_op": r.fp16_range.op if r.fp16_range else None}))
+
+
+def _status(pid: int) -> tuple[int, int] | None:
+    """(parent pid, peak RSS bytes) of a live process, from /proc (VmHWM: this process's own peak since exec)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    try:
+        return int(fields["PPid"]), int(fields["VmHWM"].split()[0]) * 1024
+    except (KeyError, ValueError):
+        return None
+
+
+def watch_peaks(proc: subprocess.Popen[str]) -> dict[int, tuple[int, str]]:
+    """Poll the peak RSS of ``proc`` and every process below it until it exits (getrusage cannot tell them apart:
+    a worker's ru_maxrss keeps its parent's peak from before exec)."""
+    import threading
+
+    peaks: dict[int, tuple[int, str]] = {}
+
+    def poll() -> None:
+        while proc.poll() is None:
+            family = {proc.pid}
+            for entry in Path("/proc").iterdir():
+                if entry.name.isdigit() and (st := _status(int(entry.name))) is not None and st[0] in family:
+                    family.add(int(entry.name))
+            for pid in family:
+                st = _status(pid)
+                if st is not None and st[1] > peaks.get(pid, (0, ""))[0]:
+                    peaks[pid] = (st[1], "")
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    proc.wait()
+    thread.join()
+    return peaks
 
 
 def run_case(decoder: dict[str, Any], fault: str, out: Path, max_memory: int | None) -> dict[str, Any]:
@@ -93,11 +130,17 @@ def run_case(decoder: dict[str, Any], fault: str, out: Path, max_memory: int | N
     if max_memory:
         cmd += ["--max-memory", str(max_memory)]
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    out.mkdir(parents=True, exist_ok=True)
+    log_out, log_err = out / f"{fault}.stdout", out / f"{fault}.stderr"
+    with log_out.open("w") as fo, log_err.open("w") as fe, subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True) as proc:
+        peaks = watch_peaks(proc)
+    stdout, stderr = log_out.read_text(), log_err.read_text()
     total = time.perf_counter() - t0
     if proc.returncode:
-        raise SystemExit(f"{fault}: the run failed:\n{proc.stderr[-3000:]}")
-    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"{fault}: the run failed:\n{stderr[-3000:]}")
+    doc = json.loads(stdout.strip().splitlines()[-1])
+    doc["main_rss"] = peaks.get(proc.pid, (0, ""))[0]
+    doc["worker_rss"] = max((v for pid, (v, _) in peaks.items() if pid != proc.pid), default=0)
     t = doc["timings"]
     sim = float(t.get("htp_sim_blocks_s", 0.0)) + float(t.get("htp_sim_ops_s", 0.0))
     overhead = doc["wall_s"] - sim

@@ -21,6 +21,7 @@ from qnn_debug.llm.sized import Qwen3Sizes, build_sized_decoder, sizes_from_hf_c
 from qnn_debug.llm.tiny_graph import GraphFaults
 from qnn_debug.localise.blocks import BlockRequest, run_blocks
 from qnn_debug.localise.external import open_lazy
+from qnn_debug.progress import Progress, ProgressEvent
 
 SMALL = Qwen3Sizes(layers=3, hidden=128, heads=4, kv_heads=2, head_dim=64, intermediate=256, vocab=600)
 WIDER = Qwen3Sizes(layers=4, hidden=256, heads=8, kv_heads=4, head_dim=48, intermediate=512, vocab=800, seed=3)
@@ -69,8 +70,15 @@ def test_the_memory_budget_groups_blocks_and_refuses_a_block_that_cannot_fit(tmp
     # room for about one block per session beside the process's own libraries: every block gets its own session
     from qnn_debug.localise.budget import PROCESS_BASE
 
-    one = run_blocks(BlockRequest(**req, out=tmp_path / "one", max_memory=PROCESS_BASE + 20 * 1024 * 1024))
+    events: list[ProgressEvent] = []
+    one = run_blocks(BlockRequest(**req, out=tmp_path / "one", max_memory=PROCESS_BASE + 20 * 1024 * 1024),
+                     Progress(events.append))
     assert one.timings["block_groups"] == WIDER.layers
+    # progress per block, with elapsed and remaining time, from the simulator worker and the CPU reference
+    sim = [e for e in events if e.stage == "htp-sim: blocks" and not e.finished and e.done]
+    assert [e.done for e in sim] == [1, 2, 3, 4] and all(e.total == 4 for e in sim)
+    assert "layer 0 done (1/4)" in sim[0].message and "s elapsed, ~" in sim[0].message and "s left" in sim[0].message
+    assert any(e.stage == "reference: blocks" and "reference layer 3" in e.message for e in events)
     assert one.first_failing is not None and one.first_failing.op == "/layers.3/self_attn/rotary_q/Concat"
     with pytest.raises(MemoryBudgetError) as e:
         run_blocks(BlockRequest(**req, out=tmp_path / "none", max_memory=PROCESS_BASE + 1024))

@@ -141,7 +141,7 @@ class _DataSink:
         if len(t.raw_data) < INLINE_BYTES and t.name not in self.written:
             return t
         if t.name not in self.written:
-            pad = (-self.offset) % 64  # aligned, as onnx's own writer and mmap-friendly readers like it
+            pad = (-self.offset) % 4096  # page-aligned: readers (ONNX Runtime) can map a tensor instead of copying it
             self.f.write(b"\0" * pad)
             self.offset += pad
             self.written[t.name] = (self.offset, len(t.raw_data))

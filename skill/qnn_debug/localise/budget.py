@@ -6,9 +6,11 @@ worker and 19 GB in the main process. Blocks are grouped, in order, so that each
 stays within ``--max-memory`` (per process); a single block that cannot fit is a :class:`MemoryBudgetError`
 saying what to lower. Small models still run in one session (the session's ~1 s start-up dominates there).
 
-The factors are measured (``bench/llm_scale.py`` prints the ratios): a simulator session's peak RSS is
-about ``SIM_FACTOR`` times its fp32 weight bytes, the main process's floor run (weights read, rounded to
-fp16, run on ORT CPU) about ``MAIN_FACTOR`` times, each on top of the process's own libraries.
+The factors are measured (``bench/llm_scale.py`` prints the ratios; 0.6B width, 4 blocks of 63 MB in one
+session: worker 0.75 GiB): a simulator session's peak RSS is about ``SIM_FACTOR`` times its fp32 weight
+bytes on top of the process's own libraries. The main process never holds more than one segment's weights
+(the CPU reference runs one block, or the head, at a time; the fp16 floor reads ``FLOOR_BATCH`` bytes of
+weights at a time), about ``MAIN_FACTOR`` times the largest segment.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from ..errors import BadInputError, MemoryBudgetError
 MIB = 1 << 20
 GIB = 1 << 30
 PROCESS_BASE = 600 * MIB  # python + onnxruntime (+ the QNN libraries in the worker), measured on an empty session
-SIM_FACTOR = 4.0
-MAIN_FACTOR = 3.0
+SIM_FACTOR = 2.5
+MAIN_FACTOR = 2.0
 ACTIVATION_FACTOR = 256  # a block's activations (all tensors kept for judging) per byte of its hidden state
 MIN_BUDGET = 1 * GIB
 MAX_DEFAULT = 8 * GIB
@@ -60,8 +62,23 @@ def default_budget() -> int:
 
 
 def block_cost(weights: int, hidden_state: int) -> int:
-    """Estimated peak bytes one block adds to a simulator session (the larger of the two processes' shares)."""
-    return int(max(SIM_FACTOR, MAIN_FACTOR) * weights) + ACTIVATION_FACTOR * hidden_state
+    """Estimated peak bytes one block adds to a simulator session."""
+    return int(SIM_FACTOR * weights) + ACTIVATION_FACTOR * hidden_state
+
+
+def check_main(weights: list[int], names: list[str], budget: int) -> None:
+    """The main process runs one segment (block, or the ops before/after the layers) at a time on ORT CPU."""
+    if not weights:
+        return
+    worst = max(range(len(weights)), key=lambda i: weights[i])
+    need = PROCESS_BASE + int(MAIN_FACTOR * weights[worst])
+    if need > budget:
+        raise MemoryBudgetError(
+            f"the CPU reference of {names[worst]} needs about {need / GIB:.1f} GiB, over the memory budget of "
+            f"{budget / GIB:.1f} GiB",
+            hint=f"raise --max-memory to at least {(need + GIB - 1) // GIB}G if the machine has it"
+                 + ("" if names[worst].startswith("the ops") else ", or lower --layers-per-block"),
+            details={"budget_bytes": budget, "block": names[worst], "block_bytes": need})
 
 
 def plan_groups(costs: list[int], budget: int, names: list[str]) -> list[list[int]]:

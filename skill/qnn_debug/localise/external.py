@@ -115,6 +115,8 @@ def cpu_session(model: onnx.ModelProto, base: Path | None) -> Any:
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    # no pre-packed second copy of every MatMul weight: a block runs once, and its weights are the memory
+    so.add_session_config_entry("session.disable_prepacking", "1")
     if base is not None:
         so.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base))
     try:

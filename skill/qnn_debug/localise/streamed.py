@@ -24,7 +24,7 @@ from ..compare.thresholds import Thresholds
 from ..errors import BadInputError
 from ..progress import Progress
 from .bisect import RangeFinding, first_out_of_range
-from .budget import block_cost, default_budget, plan_groups
+from .budget import block_cost, check_main, default_budget, plan_groups
 from .cut import Block, block, block_model, decoder_layers
 from .external import LazyModel, materialise, open_lazy, run_cpu, weight_bytes
 from .side_by_side import Feeders, side_by_side
@@ -115,13 +115,15 @@ def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
     plan = [p for p in capture_plan(reference.model) if p.kind != "input"]
     types = tensor_elem_types(reference.model)
     prologue, epilogue = _segments(reference.model, ref_blocks)
+    segs = [s for s in [prologue, *ref_blocks, epilogue] if s is not None]
+    check_main([_weights_of(reference.model, s.positions) for s in segs], [_seg_name(s) for s in segs],
+               request.max_memory or default_budget())
     timings = {"open_s": round(time.monotonic() - t0, 3)}
 
     t0 = time.monotonic()
     values: dict[str, Any] = dict(feeds)
     shapes = {n: (list(np.asarray(v).shape), _elem(v, types.get(n))) for n, v in feeds.items()}
     rng: RangeFinding | None = None
-    segs = [s for s in [prologue, *ref_blocks, epilogue] if s is not None]
     by_pos = {p.position: p for p in plan}
     started = time.monotonic()
     with progress.stage("reference: blocks", total=len(segs), message="CPU reference, one block at a time") as advance:
@@ -147,7 +149,14 @@ def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
 
 
 def _seg_name(seg: Block) -> str:
-    return "outside the layers" if seg.first < 0 else seg.name
+    return "the ops outside the layers" if seg.first < 0 else seg.name
+
+
+def _weights_of(model: onnx.ModelProto, positions: list[int]) -> int:
+    """Weight bytes the ops at ``positions`` read (inside the protobuf or in external data)."""
+    sizes = {t.name: weight_bytes(_only(t)) for t in model.graph.initializer}
+    nodes = model.graph.node
+    return sum(sizes.get(n, 0) for n in {i for p in positions for i in nodes[p].input})
 
 
 def eta(what: str, done: int, total: int, started: float) -> str:
@@ -166,19 +175,24 @@ def stage(work: Path, tag: str, target: LazyModel, reference: LazyModel, pieces:
     from ..onnx_graph import fp16_floor
 
     model, maps = side_by_side(target.model, pieces, outs, shapes, tag="p", types=types)
-    ref_model, ref_maps = side_by_side(reference.model, ref_pieces, outs, shapes, tag="p", types=types)
     feeds = {i.name: np.asarray(values[i.name]) for i in model.graph.input}
-    ref_feeds = {i.name: np.asarray(values[i.name]) for i in ref_model.graph.input}
-    floor_model = fp16_floor(materialise(ref_model, reference.base))
-    del ref_model
-    floor = run_cpu(floor_model, None, ref_feeds, [o.name for o in floor_model.graph.output])
-    del floor_model
     reference_by_new, floor_by_new = {}, {}
-    for mp, rmp in zip(maps, ref_maps, strict=True):
-        for orig, new in mp.items():
-            reference_by_new[new] = np.asarray(values[orig])
-            if orig in rmp and rmp[orig] in floor:
-                floor_by_new[new] = floor[rmp[orig]]
+    for batch in _batches(reference.model, ref_pieces):
+        # the floor a few pieces at a time: each piece reads only reference values, so this equals the floor of the
+        # whole stage, and no more than FLOOR_BATCH bytes of weights are read into memory at once
+        ref_model, rmaps = side_by_side(reference.model, [ref_pieces[k] for k in batch], [outs[k] for k in batch],
+                                        shapes, tag="p", types=types)
+        ref_feeds = {i.name: np.asarray(values[i.name]) for i in ref_model.graph.input}
+        floor_model = fp16_floor(materialise(ref_model, reference.base))
+        del ref_model
+        floor = run_cpu(floor_model, None, ref_feeds, [o.name for o in floor_model.graph.output])
+        del floor_model
+        for k, rmp in zip(batch, rmaps, strict=True):
+            for orig, new in maps[k].items():
+                reference_by_new[new] = np.asarray(values[orig])
+                if orig in rmp and rmp[orig] in floor:
+                    floor_by_new[new] = floor[rmp[orig]]
+        del floor
     onnx.save(model, str(work / f"{tag}.onnx"))
     save_npz(work / f"{tag}_feeds.npz", feeds)
     keys = {new: f"k{i}" for i, new in enumerate(reference_by_new)}  # tensor names are not safe zip member names
@@ -193,13 +207,27 @@ def stage(work: Path, tag: str, target: LazyModel, reference: LazyModel, pieces:
                        for mp, piece in zip(maps, pieces, strict=True)]}
 
 
+FLOOR_BATCH = 128 << 20
+
+
+def _batches(model: onnx.ModelProto, pieces: list[list[int]]) -> list[list[int]]:
+    """Consecutive pieces whose weights together stay under ``FLOOR_BATCH`` (a heavier piece stands alone)."""
+    batches: list[list[int]] = [[]]
+    used = 0
+    for k, piece in enumerate(pieces):
+        cost = _weights_of(model, piece)
+        if batches[-1] and used + cost > FLOOR_BATCH:
+            batches.append([])
+            used = 0
+        batches[-1].append(k)
+        used += cost
+    return batches
+
+
 def block_stages(cut: StreamedCut, work: Path, budget: int | None, progress: Progress) -> list[dict[str, Any]]:
     """The blocks grouped within the memory budget, one stage (one simulator session) per group."""
     hidden = max((np.asarray(cut.values[b.inputs[0]]).nbytes for b in cut.ref_blocks if b.inputs), default=0)
-    sizes = {t.name: weight_bytes(_only(t)) for t in cut.target.model.graph.initializer}
-    nodes = cut.target.model.graph.node
-    costs = [block_cost(sum(sizes.get(n, 0) for n in {i for p in b.positions for i in nodes[p].input}), hidden)
-             for b in cut.tgt_blocks]
+    costs = [block_cost(_weights_of(cut.target.model, b.positions), hidden) for b in cut.tgt_blocks]
     groups = plan_groups(costs, budget or default_budget(), [b.name for b in cut.tgt_blocks])
     all_types = cut.types
     stages = []
