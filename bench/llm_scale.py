@@ -168,7 +168,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--faults", default="rotary,spike")
     ap.add_argument("--cache", type=Path, default=HERE / ".cache")
-    ap.add_argument("--max-memory", type=int, default=None, help="per-process budget in bytes (default: from the machine)")
+    ap.add_argument("--max-memory", type=int, default=3 * GIB, help="per-process budget in bytes (default 3 GiB)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     for name in ("model", "reference", "inputs", "out"):

@@ -122,3 +122,15 @@ def test_the_sized_builder_writes_one_shared_data_file_and_runs(tmp_path: Path) 
             for p in (d.clean, d.faulty["spike"])]
     assert outs[0][0].shape == (1, 1, WIDER.vocab) and np.isfinite(outs[0][0]).all()
     assert not np.allclose(outs[0][0], outs[1][0])  # the spike changes the result
+
+
+def test_the_bf16_embeddings_hold_the_rows_the_prefill_embeds(tmp_path: Path) -> None:
+    sizes = Qwen3Sizes(layers=1, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128, vocab=9000)
+    d = build_sized_decoder(tmp_path / "m", sizes, seq=24, embeddings=True)
+    assert d.embeddings is not None
+    raw = np.fromfile(d.embeddings, dtype=np.uint16)
+    assert raw.size == sizes.vocab * sizes.hidden  # [vocab, hidden] bf16, every 4096-row chunk written
+    table = (raw.astype(np.uint32) << 16).view(np.float32).reshape(sizes.vocab, sizes.hidden)
+    ids = np.load(tmp_path / "m" / "prefill_token_ids.npy")
+    assert ids.max() >= 4096  # rows from more than one chunk
+    np.testing.assert_array_equal(table[ids], np.load(d.inputs)["input_ids"][:, 0, :])

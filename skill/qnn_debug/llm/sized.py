@@ -20,7 +20,7 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import numpy as np
 import onnx
@@ -32,6 +32,7 @@ from ..errors import BadInputError
 from .tiny_graph import GraphFaults, build_graph
 
 DATA_FILE = "llm.onnx.data"
+EMBED_CHUNK = 4096
 INLINE_BYTES = 1024  # tensors smaller than this stay inside the graph (scalars, shapes, the fault's spike)
 
 
@@ -62,7 +63,8 @@ def sizes_from_hf_config(path: str | Path, *, layers: int | None = None, seed: i
     doc = fs.read_json(path, what="Hugging Face config.json")
     if not isinstance(doc, dict):
         raise BadInputError(f"{path} is not a JSON object", hint="pass the model's config.json")
-    text = doc.get("text_config") if isinstance(doc.get("text_config"), dict) else doc
+    nested = doc.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else doc
     try:
         heads = int(text["num_attention_heads"])
         hidden = int(text["hidden_size"])
@@ -117,23 +119,37 @@ class LazyWeights(Mapping[str, np.ndarray]):
     def __len__(self) -> int:
         return len(self.shapes)
 
+    def embed_chunk(self, chunk: int) -> np.ndarray:
+        """Embedding rows ``chunk*4096 ...`` (bf16-exact): the table is made and written a chunk at a time."""
+        rows = min(EMBED_CHUNK, self.cfg.vocab - chunk * EMBED_CHUNK)
+        table = self._rng(f"embed.{chunk}").standard_normal((rows, self.cfg.hidden), dtype=np.float32) * 0.5
+        return (table.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+
     def embed_rows(self, ids: np.ndarray) -> np.ndarray:
-        """Embedding rows of ``ids`` (bf16-exact), made per 4096-row chunk so the table is never whole."""
+        """Embedding rows of ``ids`` (what the runtime reads from ``embeddings_bf16.bin``)."""
         out = np.empty((len(ids), self.cfg.hidden), np.float32)
-        for chunk in sorted({int(i) // 4096 for i in ids}):
-            rows = min(4096, self.cfg.vocab - chunk * 4096)
-            table = self._rng(f"embed.{chunk}").standard_normal((rows, self.cfg.hidden), dtype=np.float32) * 0.5
-            table = (table.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+        for chunk in sorted({int(i) // EMBED_CHUNK for i in ids}):
+            table = self.embed_chunk(chunk)
             for j, i in enumerate(ids):
-                if int(i) // 4096 == chunk:
-                    out[j] = table[int(i) - chunk * 4096]
+                if int(i) // EMBED_CHUNK == chunk:
+                    out[j] = table[int(i) - chunk * EMBED_CHUNK]
         return out
+
+    def write_embeddings_bf16(self, path: Path) -> int:
+        """``embeddings_bf16.bin`` as llmexport writes it (``[vocab, hidden]`` bfloat16, row-major), chunk by chunk."""
+        written = 0
+        with fs.open_new(path, what="bf16 embeddings file") as f:
+            for chunk in range((self.cfg.vocab + EMBED_CHUNK - 1) // EMBED_CHUNK):
+                data = (self.embed_chunk(chunk).view(np.uint32) >> 16).astype(np.uint16).tobytes()
+                f.write(data)
+                written += len(data)
+        return written
 
 
 class _DataSink:
     """Appends initializer bytes to one external data file; a name written before is pointed at again."""
 
-    def __init__(self, f: BinaryIO, location: str):
+    def __init__(self, f: IO[bytes], location: str):
         self.f, self.location, self.offset = f, location, 0
         self.written: dict[str, tuple[int, int]] = {}
 
@@ -167,11 +183,14 @@ class SizedDecoder(BaseModel):
     sizes: Qwen3Sizes
     weight_bytes: int
     seq: int
+    embeddings: str | None = None
 
 
 def build_sized_decoder(out_dir: str | Path, sizes: Qwen3Sizes, *, seq: int = 128,
-                        faults: Mapping[str, GraphFaults] | None = None, static_head: bool = True) -> SizedDecoder:
-    """Write ``llm.onnx`` (+ ``llm_<name>.onnx`` per fault, sharing ``llm.onnx.data``) and ``prefill.npz``.
+                        faults: Mapping[str, GraphFaults] | None = None, static_head: bool = True,
+                        embeddings: bool = False) -> SizedDecoder:
+    """Write ``llm.onnx`` (+ ``llm_<name>.onnx`` per fault, sharing ``llm.onnx.data``) and ``prefill.npz``;
+    ``embeddings`` adds ``embeddings_bf16.bin`` (the rows ``prefill.npz`` embeds, as the runtime would).
 
     Peak memory is one weight tensor plus the graph without data. ``static_head`` bakes ``logits_index``
     (the last token) in, as the HTP simulator rejects the dynamic Slice on it."""
@@ -197,14 +216,18 @@ def build_sized_decoder(out_dir: str | Path, sizes: Qwen3Sizes, *, seq: int = 12
     if static_head:
         feeds.pop("logits_index")
     np.savez(out / "prefill.npz", **feeds)  # type: ignore[arg-type]
+    np.save(out / "prefill_token_ids.npy", ids)
+    if embeddings:
+        weights.write_embeddings_bf16(out / "embeddings_bf16.bin")
     fs.atomic_write_text(out / "sizes.json", sizes.model_dump_json(indent=1))
     return SizedDecoder(dir=str(out), clean=built.pop(""), faulty=built, data=str(out / DATA_FILE),
-                        inputs=str(out / "prefill.npz"), sizes=sizes, weight_bytes=sizes.weight_bytes(), seq=seq)
+                        inputs=str(out / "prefill.npz"), sizes=sizes, weight_bytes=sizes.weight_bytes(), seq=seq,
+                        embeddings=str(out / "embeddings_bf16.bin") if embeddings else None)
 
 
 def _graph(sizes: Qwen3Sizes, weights: LazyWeights, seq: int, faults: GraphFaults, sink: _DataSink,
            logits_index: np.ndarray | None) -> onnx.ModelProto:
-    model = build_graph(sizes, weights, seq_len=seq, faults=faults, init_hook=sink.externalise)  # type: ignore[arg-type]
+    model = build_graph(sizes, weights, seq_len=seq, faults=faults, init_hook=sink.externalise)
     if logits_index is not None:
         keep = [i for i in model.graph.input if i.name != "logits_index"]
         del model.graph.input[:]
