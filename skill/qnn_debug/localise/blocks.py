@@ -7,6 +7,9 @@ own — no error inherited from upstream, and each session is a fraction of the 
 inputs) then gets the ordinary baseline → dump → compare (``diagnose``, which itself refuses a dump that
 lies), and its first failing op is the model's.
 
+On the simulator the work streams (:mod:`.streamed`): one block, or one group of blocks within the memory
+budget (``max_memory``), is in memory and in a simulator session at a time, so LLM-size exports fit.
+
 The prefill shape is fixed by the inputs (``chunk_size`` tokens: ``input_ids`` ``[chunk, 1, hidden]``).
 On a phone the same block ``.onnx`` files can be converted and dumped with MNN2QNNModel
 ``--dump_intermediate_outputs`` (``qnn-debug diagnose`` on the block with ``--target device``).

@@ -4,7 +4,8 @@ Two jobs, both without marking anything (so no observer effect):
 - ``bisect``: the whole search runs here (each probe needs the previous probe's answer, and a fresh
   process per probe would cost more than the probe): truncate the model at a cut, run it, judge the
   frontier against the baseline's reference and floor, narrow, repeat;
-- ``blocks``: every decoder block side by side in one session on reference inputs, then every op of the
+- ``blocks``: the decoder blocks on reference inputs, side by side, one session per group of blocks (the
+  groups keep the memory budget; the weights stay in the model's data file), then every op of the
   first bad block side by side (see :mod:`qnn_debug.localise.side_by_side`), each judged against the floor;
 - ``chunked``: the unmarked model, then one session per chunk of tensors, each marking only that chunk
   (a run directory like a dump's; each chunk's outputs are checked against the unmarked run).
