@@ -88,6 +88,7 @@ class LazyWeights(Mapping[str, np.ndarray]):
 
     def __init__(self, cfg: Qwen3Sizes):
         self.cfg = cfg
+        self.written = False  # once the data file holds every weight, later graphs only need shapes
         h, hd, f = cfg.hidden, cfg.head_dim, cfg.intermediate
         self.shapes: dict[str, tuple[int, ...]] = {"norm": (h,), "lm_head": (cfg.vocab, h)}
         for i in range(cfg.layers):
@@ -103,15 +104,18 @@ class LazyWeights(Mapping[str, np.ndarray]):
         return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
     def __getitem__(self, name: str) -> np.ndarray:
+        """A ``[out, in]`` weight, stored transposed (the graph's MatMul takes ``[in, out]``: no copy there)."""
         shape = self.shapes[name]
+        if self.written:  # never read: the data file has it (uninitialised memory is not even touched)
+            return np.empty(shape[::-1], np.float32).T if len(shape) == 2 else np.empty(shape, np.float32)
         rng = self._rng(name)
         if len(shape) == 1:
             return (1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
-        w = rng.standard_normal(shape, dtype=np.float32)
+        w = rng.standard_normal(shape[::-1], dtype=np.float32)
         w *= np.float32(1.0 / np.sqrt(shape[1]))
         if name == "lm_head":
             w *= np.float32(4.0)
-        return w
+        return w.T
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.shapes)
@@ -153,20 +157,20 @@ class _DataSink:
         self.f, self.location, self.offset = f, location, 0
         self.written: dict[str, tuple[int, int]] = {}
 
-    def externalise(self, t: TensorProto) -> TensorProto:
-        if len(t.raw_data) < INLINE_BYTES and t.name not in self.written:
-            return t
-        if t.name not in self.written:
+    def __call__(self, name: str, arr: np.ndarray) -> TensorProto:
+        if arr.nbytes < INLINE_BYTES and name not in self.written:
+            return numpy_helper.from_array(arr, name)
+        if name not in self.written:
             pad = (-self.offset) % 4096  # page-aligned: readers (ONNX Runtime) can map a tensor instead of copying it
             self.f.write(b"\0" * pad)
             self.offset += pad
-            self.written[t.name] = (self.offset, len(t.raw_data))
-            self.f.write(t.raw_data)
-            self.offset += len(t.raw_data)
-        offset, length = self.written[t.name]
-        t.ClearField("raw_data")
+            self.written[name] = (self.offset, arr.nbytes)
+            self.f.write(memoryview(np.ascontiguousarray(arr)).cast("B"))  # no bytes copy of a 1 GB lm_head
+            self.offset += arr.nbytes
+        offset, length = self.written[name]
+        t = TensorProto(name=name, dims=list(arr.shape),
+                        data_type=int(onnx.helper.np_dtype_to_tensor_dtype(arr.dtype)))
         t.data_location = TensorProto.EXTERNAL
-        del t.external_data[:]
         for k, v in (("location", self.location), ("offset", str(offset)), ("length", str(length))):
             t.external_data.add(key=k, value=v)
         return t
@@ -213,6 +217,7 @@ def build_sized_decoder(out_dir: str | Path, sizes: Qwen3Sizes, *, seq: int = 12
                 g.write(model.SerializeToString())
             built[name] = str(path)
             del model
+            weights.written = True
     if static_head:
         feeds.pop("logits_index")
     np.savez(out / "prefill.npz", **feeds)  # type: ignore[arg-type]
@@ -227,7 +232,7 @@ def build_sized_decoder(out_dir: str | Path, sizes: Qwen3Sizes, *, seq: int = 12
 
 def _graph(sizes: Qwen3Sizes, weights: LazyWeights, seq: int, faults: GraphFaults, sink: _DataSink,
            logits_index: np.ndarray | None) -> onnx.ModelProto:
-    model = build_graph(sizes, weights, seq_len=seq, faults=faults, init_hook=sink.externalise)
+    model = build_graph(sizes, weights, seq_len=seq, faults=faults, init_hook=sink)
     if logits_index is not None:
         keep = [i for i in model.graph.input if i.name != "logits_index"]
         del model.graph.input[:]

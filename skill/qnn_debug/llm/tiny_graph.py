@@ -126,15 +126,14 @@ def rope_tables(cfg: DecoderSizes) -> tuple[np.ndarray, np.ndarray]:
 class _Builder:
     """Adds nodes with torch-style names (``/layers.0/self_attn/q_proj/MatMul``) and output names."""
 
-    def __init__(self, init_hook: Callable[[onnx.TensorProto], onnx.TensorProto] | None = None) -> None:
+    def __init__(self, init_hook: Callable[[str, np.ndarray], onnx.TensorProto] | None = None) -> None:
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self._used: dict[str, int] = {}
         self._hook = init_hook
 
     def init(self, name: str, arr: np.ndarray) -> str:
-        t = numpy_helper.from_array(arr, name)
-        self.inits.append(self._hook(t) if self._hook is not None else t)
+        self.inits.append(self._hook(name, arr) if self._hook is not None else numpy_helper.from_array(arr, name))
         return name
 
     def const_i64(self, name: str, values: list[int]) -> str:
@@ -216,11 +215,11 @@ def _attention(b: _Builder, scope: str, q: str, k: str, v: str, mask: str, cfg: 
 
 def build_graph(cfg: DecoderSizes, weights: Mapping[str, np.ndarray], *, attention: Literal["onnx", "fused"] = "onnx",
                 seq_len: int | None = None, faults: GraphFaults | None = None,
-                init_hook: Callable[[onnx.TensorProto], onnx.TensorProto] | None = None) -> onnx.ModelProto:
+                init_hook: Callable[[str, np.ndarray], onnx.TensorProto] | None = None) -> onnx.ModelProto:
     """The decoder as an ONNX model; ``seq_len`` None keeps llmexport's dynamic ``seq_len`` axes.
 
-    ``weights`` may make each tensor on demand and ``init_hook`` may move each initializer's bytes out
-    (external data): then no more than one weight is in memory at a time."""
+    ``weights`` may make each tensor on demand and ``init_hook`` (name, array → initializer) may write its
+    bytes elsewhere (external data): then no more than one weight is in memory at a time."""
     faults = faults or GraphFaults()
     hd, h = cfg.head_dim, cfg.hidden
     if cfg.heads % cfg.kv_heads or (isinstance(cfg, TinyQwen3Config) and h % cfg.heads):
