@@ -165,7 +165,7 @@ class _DataSink:
             self.f.write(b"\0" * pad)
             self.offset += pad
             self.written[name] = (self.offset, arr.nbytes)
-            self.f.write(memoryview(np.ascontiguousarray(arr)).cast("B"))  # no bytes copy of a 1 GB lm_head
+            self.f.write(np.ascontiguousarray(arr).data)  # a view: no bytes copy of a 1 GB lm_head
             self.offset += arr.nbytes
         offset, length = self.written[name]
         t = TensorProto(name=name, dims=list(arr.shape),
