@@ -113,7 +113,8 @@ def test_sizes_from_a_hugging_face_config_keep_head_dim(tmp_path: Path) -> None:
 def test_the_sized_builder_writes_one_shared_data_file_and_runs(tmp_path: Path) -> None:
     import onnxruntime as ort
 
-    d = build_sized_decoder(tmp_path / "m", WIDER, seq=8, faults={"spike": GraphFaults(residual_spike_layer=0)})
+    d = build_sized_decoder(tmp_path / "m", WIDER, seq=8, faults={"spike": GraphFaults(residual_spike_layer=0),
+                                                                  "none": GraphFaults()})
     assert sorted(p.name for p in (tmp_path / "m").glob("*.data")) == ["llm.onnx.data"]
     data = Path(d.data).stat().st_size
     assert d.weight_bytes <= data < d.weight_bytes * 1.5  # weights once (plus the rotary tables), not per copy
@@ -122,6 +123,9 @@ def test_the_sized_builder_writes_one_shared_data_file_and_runs(tmp_path: Path) 
             for p in (d.clean, d.faulty["spike"])]
     assert outs[0][0].shape == (1, 1, WIDER.vocab) and np.isfinite(outs[0][0]).all()
     assert not np.allclose(outs[0][0], outs[1][0])  # the spike changes the result
+    # a copy without a fault is the same model: every weight (inline or in the data file) is the clean one's
+    same = ort.InferenceSession(d.faulty["none"], providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_array_equal(same[0], outs[0][0])
 
 
 def test_the_bf16_embeddings_hold_the_rows_the_prefill_embeds(tmp_path: Path) -> None:
@@ -134,3 +138,21 @@ def test_the_bf16_embeddings_hold_the_rows_the_prefill_embeds(tmp_path: Path) ->
     ids = np.load(tmp_path / "m" / "prefill_token_ids.npy")
     assert ids.max() >= 4096  # rows from more than one chunk
     np.testing.assert_array_equal(table[ids], np.load(d.inputs)["input_ids"][:, 0, :])
+
+
+def test_the_fp16_floor_of_weights_left_in_their_file_equals_the_floor_of_loaded_ones(tmp_path: Path) -> None:
+    from qnn_debug.localise.external import run_cpu
+    from qnn_debug.onnx_graph import fp16_floor, load_onnx
+
+    d = build_sized_decoder(tmp_path / "m", SMALL, seq=8)
+    loaded, lazy = load_onnx(d.clean), open_lazy(d.clean)
+    big = next(t for t in loaded.graph.initializer if t.name.endswith("mlp.down_proj.weight"))
+    assert big.raw_data and _external(lazy.model)  # one model holds the weights, the other only points at them
+    feeds = dict(np.load(d.inputs))
+    names = ["logits", "/layers.1/mlp/down_proj/MatMul_output_0"]
+    in_file = run_cpu(fp16_floor(lazy.model), lazy.base, feeds, names)
+    in_memory = run_cpu(fp16_floor(loaded), None, feeds, names)
+    plain = run_cpu(loaded, None, feeds, names)
+    for n in names:
+        np.testing.assert_array_equal(in_file[n], in_memory[n])
+        assert not np.array_equal(in_file[n], plain[n])  # the floor did round

@@ -106,7 +106,8 @@ class LazyWeights(Mapping[str, np.ndarray]):
     def __getitem__(self, name: str) -> np.ndarray:
         """A ``[out, in]`` weight, stored transposed (the graph's MatMul takes ``[in, out]``: no copy there)."""
         shape = self.shapes[name]
-        if self.written:  # never read: the data file has it (uninitialised memory is not even touched)
+        if self.written and 4 * int(np.prod(shape)) >= INLINE_BYTES:
+            # never read: the data file has it (uninitialised memory is not even touched); small ones are inline
             return np.empty(shape[::-1], np.float32).T if len(shape) == 2 else np.empty(shape, np.float32)
         rng = self._rng(name)
         if len(shape) == 1:

@@ -183,9 +183,9 @@ def stage(work: Path, tag: str, target: LazyModel, reference: LazyModel, pieces:
         ref_model, rmaps = side_by_side(reference.model, [ref_pieces[k] for k in batch], [outs[k] for k in batch],
                                         shapes, tag="p", types=types)
         ref_feeds = {i.name: np.asarray(values[i.name]) for i in ref_model.graph.input}
-        floor_model = fp16_floor(materialise(ref_model, reference.base))
+        floor_model = fp16_floor(ref_model)  # its weights stay in the data file and are rounded in the graph
         del ref_model
-        floor = run_cpu(floor_model, None, ref_feeds, [o.name for o in floor_model.graph.output])
+        floor = run_cpu(floor_model, reference.base, ref_feeds, [o.name for o in floor_model.graph.output])
         del floor_model
         for k, rmp in zip(batch, rmaps, strict=True):
             for orig, new in maps[k].items():
