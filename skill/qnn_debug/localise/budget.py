@@ -6,11 +6,12 @@ worker and 19 GB in the main process. Blocks are grouped, in order, so that each
 stays within ``--max-memory`` (per process); a single block that cannot fit is a :class:`MemoryBudgetError`
 saying what to lower. Small models still run in one session (the session's ~1 s start-up dominates there).
 
-The factors are measured (``bench/llm_scale.py`` prints the ratios; 0.6B width, 4 blocks of 63 MB in one
-session: worker 0.69-0.75 GiB; main 0.96 GiB with the 0.58 GiB lm_head): a simulator session's peak RSS is about ``SIM_FACTOR`` times its fp32 weight
-bytes on top of the process's own libraries. The main process never holds more than one segment's weights
-(the CPU reference runs one block, or the head, at a time; the fp16 floor reads ``FLOOR_BATCH`` bytes of
-weights at a time), about ``MAIN_FACTOR`` times the largest segment.
+The factors are measured (``bench/llm_scale.py`` prints the ratios). 0.6B width, 4 blocks of 63 MB in
+one session: worker 0.69-0.75 GiB, so a simulator session's peak RSS is at most ``SIM_FACTOR`` times its
+fp32 weight bytes on top of the process's own libraries. The main process holds one segment's weights at a
+time (the CPU reference runs one block, or the head, at a time; the fp16 floor runs ``FLOOR_BATCH`` bytes
+of weights at a time, rounded inside ONNX Runtime): 0.96 GiB with the 0.58 GiB head, so ``MAIN_FACTOR``
+times the largest segment.
 """
 
 from __future__ import annotations
