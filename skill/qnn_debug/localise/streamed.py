@@ -4,9 +4,10 @@ What it keeps in memory, and why that is enough: both models are opened without 
 (:mod:`qnn_debug.localise.external`); the CPU reference runs segment by segment — the ops before the first
 layer (rotary tables, input transpose), each block, the head — fed the values the earlier segments left at
 their boundaries, so only boundary tensors (the 0.5 MB hidden state, cos/sin, the mask) outlive their
-segment; each group of blocks becomes one side-by-side stage whose model points into the original data
-file (no copy of the weights) and whose fp16 floor is computed from that group's weights alone; the
-simulator worker runs the stages one session at a time. The bad block's inner tensors are recomputed from
+segment; each group of blocks (sized by :mod:`.budget`) becomes one side-by-side stage whose model points
+into the original data file (no copy of the weights) and whose fp16 floor runs a few blocks' weights at a
+time, rounded inside ONNX Runtime (:func:`qnn_debug.onnx_graph.fp16_floor`); the simulator worker runs the
+stages one session at a time. The bad block's inner tensors are recomputed from
 its boundary values when it is searched op by op.
 """
 
@@ -170,7 +171,7 @@ def stage(work: Path, tag: str, target: LazyModel, reference: LazyModel, pieces:
           ref_pieces: list[list[int]], outs: list[list[str]], shapes: dict[str, tuple[list[int], int]],
           values: dict[str, Any], op_types: dict[str, str], types: dict[str, int]) -> dict[str, Any]:
     """One side-by-side stage: the target's pieces (weights left in the original file), their feeds, and the
-    reference and fp16-floor values by new name (the floor computed from these pieces' weights only)."""
+    reference and fp16-floor values by new name (the floor run ``FLOOR_BATCH`` bytes of weights at a time)."""
     from ..inputs import save_npz
     from ..onnx_graph import fp16_floor
 
@@ -179,7 +180,7 @@ def stage(work: Path, tag: str, target: LazyModel, reference: LazyModel, pieces:
     reference_by_new, floor_by_new = {}, {}
     for batch in _batches(reference.model, ref_pieces):
         # the floor a few pieces at a time: each piece reads only reference values, so this equals the floor of the
-        # whole stage, and no more than FLOOR_BATCH bytes of weights are read into memory at once
+        # whole stage, and no more than FLOOR_BATCH bytes of weights are loaded (by ONNX Runtime) at once
         ref_model, rmaps = side_by_side(reference.model, [ref_pieces[k] for k in batch], [outs[k] for k in batch],
                                         shapes, tag="p", types=types)
         ref_feeds = {i.name: np.asarray(values[i.name]) for i in ref_model.graph.input}
