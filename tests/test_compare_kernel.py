@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from qnn_debug.compare import metrics
-from qnn_debug.compare.metrics import ErrorStats, error_stats
+from qnn_debug.compare.metrics import ErrorStats, error_stats, kernel
 
 HAVE_CC = any(shutil.which(c) for c in ("cc", "gcc", "clang"))
 
@@ -22,8 +22,8 @@ HAVE_CC = any(shutil.which(c) for c in ("cc", "gcc", "clang"))
 @pytest.fixture(params=["compiled", "numpy"])
 def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "numpy":
-        monkeypatch.setitem(metrics._kernel, "fns", None)
-        monkeypatch.setitem(metrics._kernel, "why", "forced by the test")
+        monkeypatch.setitem(kernel._kernel, "fns", None)
+        monkeypatch.setitem(kernel._kernel, "why", "forced by the test")
     elif metrics.compiled_kernel() is None:
         pytest.skip(f"compiled loop unavailable here: {metrics.kernel_status()}")
     return str(request.param)
@@ -146,7 +146,7 @@ def test_paths_agree_with_each_other(monkeypatch: pytest.MonkeyPatch):
     r = (rng.standard_normal(50_000) * 10).astype(np.float32)
     t = (r * 1.001).astype(np.float16)
     compiled = metrics.metric_values(error_stats(t, r))
-    monkeypatch.setitem(metrics._kernel, "fns", None)
+    monkeypatch.setitem(kernel._kernel, "fns", None)
     fallback = metrics.metric_values(error_stats(t, r))
     for key, value in compiled.items():
         assert fallback[key] == pytest.approx(value, rel=1e-4, abs=1e-12), key
@@ -155,23 +155,23 @@ def test_paths_agree_with_each_other(monkeypatch: pytest.MonkeyPatch):
 @pytest.mark.skipif(not HAVE_CC, reason="no C compiler on this machine")
 def test_kernel_builds_into_a_fresh_cache_and_falls_back_without_compiler(tmp_path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    fns, why = metrics._load_kernel()
+    fns, why = kernel._load_kernel()
     assert fns is not None, why
     assert list((tmp_path / "cache" / "qnn-debug").glob("metrics_kernel-*.so"))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "other"))
-    monkeypatch.setattr(metrics, "_cache_dirs", lambda: [tmp_path / "other" / "qnn-debug"])
-    fns, why = metrics._load_kernel()
+    monkeypatch.setattr(kernel, "_cache_dirs", lambda: [tmp_path / "other" / "qnn-debug"])
+    fns, why = kernel._load_kernel()
     assert fns is None and "compiler did not run" in why
     broken = tmp_path / "cc"
     broken.write_text("#!/bin/sh\necho 'cc: cannot compile here' >&2\nexit 3\n")
     broken.chmod(0o755)
     monkeypatch.setenv("CC", str(broken))
-    fns, why = metrics._load_kernel()
+    fns, why = kernel._load_kernel()
     assert fns is None and "compiler failed (exit status 3): cc: cannot compile here" in why
     assert not list((tmp_path / "other" / "qnn-debug").iterdir())  # nothing half-built left behind
-    monkeypatch.setenv(metrics._KERNEL_ENV, "numpy")
-    assert metrics._load_kernel() == (None, f"{metrics._KERNEL_ENV}=numpy")
+    monkeypatch.setenv(kernel._KERNEL_ENV, "numpy")
+    assert kernel._load_kernel() == (None, f"{kernel._KERNEL_ENV}=numpy")
 
 
 def test_compare_threads_share_the_compiled_loop():

@@ -19,7 +19,7 @@ from qnn_debug.compare import wording
 from qnn_debug.compare.align import align_runs
 from qnn_debug.compare.checks import rerun_suspects
 from qnn_debug.compare.importers import open_reference, open_target
-from qnn_debug.compare.localize import localise
+from qnn_debug.compare.localise import localise
 from qnn_debug.compare.options import CompareOptions
 from qnn_debug.compare.patterns import find_patterns
 from qnn_debug.compare.pipeline import compare_paths

@@ -96,7 +96,7 @@ its own set of repositories, and committed before the round's changes. Its mix l
 questions, performance reports, script errors outside QNN), against 30 of 347 in-sample.
 
 Round 7's changes (tuned in-sample on round 6 now that it is read, by classes of evidence; variant wordings and near
-misses in ``test_triage_round7_classes.py``, none copied from a log). Round 6 was split by a fixed rule (the sha1 hex
+misses in ``test_triage_terse_and_indirect_reports.py``, none copied from a log). Round 6 was split by a fixed rule (the sha1 hex
 digest of a case id: first character 0-7 the tuning half, 36 logs, 8-f the check half, 50): only the tuning half's
 misses were read, the check half was looked at only as an aggregate. The classes: English failure words written inside
 Chinese prose (a word edge is ASCII, "后端时会crash"); a Chinese report that names only the model, the phone or 推理 is
@@ -142,7 +142,7 @@ of 86) and 0 (round 7, 70 -> 70 of 111; 0 on round 6's check half too): the miss
 These 111 have been read and moved in-sample (``"round": "heldout-7"``); round 8 uses a new set.
 
 Round 8's changes (tuned in-sample on round 7 now that it is read, by classes of evidence; variant wordings and near
-misses in ``test_triage_round8_classes.py``, none copied from a log). Round 7 was split by the same fixed rule (sha1 of
+misses in ``test_triage_refusal_memory_and_crash_lines.py``, none copied from a log). Round 7 was split by the same fixed rule (sha1 of
 the case id, first hex character 0-7 the tuning half, 69 logs, 8-f the check half, 42): only the tuning half's misses
 were read, the check half was looked at only as an aggregate. The classes: an op refusal's stated QNN code decides its
 category (4005 OP_PACKAGE_NOT_FOUND, 4003 and 1000 NOT_SUPPORTED: no op package implements the op, unsupported; 3110

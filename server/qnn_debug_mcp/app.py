@@ -16,7 +16,6 @@ from pydantic import ValidationError
 from qnn_debug.errors import BadInputError
 
 from . import __version__, prompts, resources, tools
-from . import reports as report_resources
 from .config import ServerConfig
 from .errors import error_result
 from .jobs import JobManager
@@ -78,6 +77,6 @@ def build_server(config: ServerConfig | None = None) -> MCPServer[AppState]:
     )
     tools.register_all(server)
     resources.register(server)
-    report_resources.register(server, reports)
+    resources.register_reports(server, reports)
     prompts.register(server)
     return server

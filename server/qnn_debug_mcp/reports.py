@@ -1,4 +1,5 @@
-"""Run reports written by compare/diagnose, readable as MCP resources (``report://<id>``).
+"""Run reports written by compare/diagnose, readable as MCP resources (``report://<id>``, registered by
+:func:`.resources.register_reports`).
 
 Each report belongs to the session whose tool call produced it: ``report://{report_id}`` is one
 resource template whose reader checks the caller, so another session (HTTP mode) can neither list nor
@@ -13,8 +14,6 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcp.server import MCPServer
-from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 
 REPORT_SCHEME = "report"
@@ -51,16 +50,6 @@ class ReportRegistry:
         if report is None or report.owner != owner:
             raise ResourceNotFoundError(f"no report {report_id[:64]!r} in this session")
         return report
-
-
-def register(server: MCPServer, registry: ReportRegistry) -> None:
-    from .tool_context import caller
-
-    @server.resource(f"{REPORT_SCHEME}://{{report_id}}", name="report", title="Run report",
-                     description="A compare/diagnose report (the report_uri a tool returned); only its own session can read it.",
-                     mime_type="text/markdown")
-    def report(report_id: str, ctx: Context) -> str | bytes:
-        return read(registry.get(report_id, caller(ctx)))
 
 
 def read(report: Report) -> str | bytes:

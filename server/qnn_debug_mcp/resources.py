@@ -1,4 +1,4 @@
-"""Resources: every playbook as ``playbook://<name>``; run reports appear via :mod:`.reports`."""
+"""Resources: every playbook as ``playbook://<name>``, and the run reports of :mod:`.reports` as ``report://<id>``."""
 
 from __future__ import annotations
 
@@ -6,10 +6,13 @@ import re
 from collections.abc import Callable
 
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 from mcp.server.mcpserver.resources import FunctionResource
 
 from .playbooks import NAME, first_heading, playbook_files
+from .reports import REPORT_SCHEME, ReportRegistry, read
+from .tool_context import caller
 
 
 def register(server: MCPServer) -> None:
@@ -25,6 +28,16 @@ def register(server: MCPServer) -> None:
                      mime_type="text/markdown")
     def playbook(name: str) -> str:
         return _read(name)
+
+
+def register_reports(server: MCPServer, registry: ReportRegistry) -> None:
+    """``report://{report_id}``: one template whose reader checks the caller owns the report."""
+
+    @server.resource(f"{REPORT_SCHEME}://{{report_id}}", name="report", title="Run report",
+                     description="A compare/diagnose report (the report_uri a tool returned); only its own session can read it.",
+                     mime_type="text/markdown")
+    def report(report_id: str, ctx: Context) -> str | bytes:
+        return read(registry.get(report_id, caller(ctx)))
 
 
 def _reader(name: str) -> Callable[[], str]:

@@ -51,10 +51,12 @@ def run_model(model: str | os.PathLike[str], *, target: Literal["device", "host"
               force: bool = False, timeout: float = 1800.0, soc_model: int = DEFAULT_SOC, htp_arch: int | None = None,
               progress: Progress = NULL_PROGRESS) -> RunModelResult:
     """Run ``model`` with ModuleBasic on a phone or a local build, exactly as MNN's own test does."""
-    from .targets import DumpRequest, get_target
+    from .targets import TARGETS, DumpRequest, get_target
+    from .targets import target as target_named
 
-    if target not in ("device", "host"):
-        raise BadInputError(f"unknown target {target!r}", hint="use device or host")
+    runners = [n for n in TARGETS if target_named(n).capabilities.module_basic]
+    if target not in runners:
+        raise BadInputError(f"unknown target {target!r}", hint=f"use {' or '.join(runners)}")
     fwd = forward_type(forward)
     precision_value(precision)  # validates
     opts = dict(options or {})

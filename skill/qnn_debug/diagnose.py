@@ -27,7 +27,7 @@ from .errors import BadInputError
 from .localise.fallback import FallbackReport
 from .mnn.soc import DEFAULT_SOC
 from .progress import NULL_PROGRESS, Progress
-from .targets import Precision
+from .targets import DEFAULT_TARGET, Precision
 
 if TYPE_CHECKING:
     from .runstore import TensorSpec
@@ -38,7 +38,7 @@ REPORT_DIR = "report"
 
 
 def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inputs: str | os.PathLike[str] | None = None,
-             shapes: dict[str, list[int]] | None = None, target: str = "htp-sim", precision: Precision = "fp16",
+             shapes: dict[str, list[int]] | None = None, target: str = DEFAULT_TARGET, precision: Precision = "fp16",
              soc_model: int = DEFAULT_SOC, htp_arch: int | None = None, seed: int = 0, force: bool = False,
              mnn_gate: bool = True, target_options: dict[str, str] | None = None, timeout: float = 1800.0,
              reference_model: str | os.PathLike[str] | None = None,
@@ -49,7 +49,9 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
     from .compare.pipeline import compare_paths
     from .dump import run_dump
     from .targets import DumpRequest
+    from .targets import target as get_target
 
+    watch_marking = get_target(target).capabilities.observer_effect  # marking may break or change its graph
     model_path, base_model = Path(model), Path(reference_model or model)
     out_dir = _prepare_out(Path(out), force)
     started = time.monotonic()
@@ -81,11 +83,11 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
 
     reason = None
     if dump_error is not None:
-        if target != "htp-sim" or not fb.marking_broke(dump_error):
+        if not watch_marking or not fb.marking_broke(dump_error):
             raise dump_error
         reason = f"the all-tensor graph did not build: {getattr(dump_error, 'message', dump_error)}"
     baseline = base_future.result()
-    if reason is None and target == "htp-sim":
+    if reason is None and watch_marking:
         from .runstore import load_run
 
         reason = fb.observer_lie(load_run(run_dir), out_dir / BASELINE_DIR)

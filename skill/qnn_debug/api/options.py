@@ -89,16 +89,20 @@ def engine_options(options: TargetOptions | None, extra: dict[str, str] | None, 
     """The targets' ``key=value`` settings (``DumpRequest.options``) from a request's typed fields.
 
     ``serial`` and ``options`` apply to the device and host targets only; ``adb`` only to the device."""
+    from ..targets import TARGETS
+    from ..targets import target as get_target
+
     typed = options.model_dump(exclude_none=True) if options is not None else {}
-    if target == "htp-sim" and (serial or typed):
-        raise BadInputError("serial and options apply to target=device or target=host only",
-                            hint="drop them, or choose target device/host")
+    if not get_target(target).capabilities.takes_settings and (serial or typed):
+        takers = [n for n in TARGETS if get_target(n).capabilities.takes_settings]
+        raise BadInputError(f"serial and options apply to {' or '.join(f'target={n}' for n in takers)} only",
+                            hint=f"drop them, or choose target {'/'.join(takers)}")
     values: dict[str, str] = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in typed.items()}
     if typed.get("mnn_dir") is not None and ".." in str(typed["mnn_dir"]).split("/"):
         raise BadInputError("options.mnn_dir contains '..'", hint="give the device directory as a plain absolute path")
     values.update(extra or {})
     if serial:
         values["serial"] = serial
-    if adb and target == "device":
+    if adb and get_target(target).capabilities.over_adb:
         values["adb"] = adb
     return values

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import BadInputError
 from ..mnn.soc import DEFAULT_SOC, default_soc_help
 from ..shape_args import parse_shape_args
+from ..targets import DEFAULT_TARGET, target_names
 from .fields import Cli, PathRole, ServerSet
 from .options import DEVICE_PATH_PATTERN, SERIAL_PATTERN, TargetOptions, parse_option_pairs
 
@@ -90,7 +91,7 @@ class OpLookupRequest(Request):
 
 # --- shared field types: declared once, used by every operation that takes them -------------------------
 
-QNN_TARGETS = ("htp-sim", "device", "host")  # the target registry's names (checked again by the runner)
+QNN_TARGETS = target_names()  # the registry's names when the faces load (the runner checks against it again)
 
 Model = Annotated[str, PathRole("file"), Cli(positional=True), Field(
     min_length=1, max_length=4096, description="The model (.onnx; .mnn where the target runs one)")]
@@ -148,7 +149,7 @@ class TargetRun(Request):
     """Fields every run on a QNN target shares (model, target, where the output goes, inputs, SoC)."""
 
     model: Model
-    target: Target = "htp-sim"
+    target: Target = DEFAULT_TARGET
     out: Out = None
     inputs: InputsOrTestDir = None
     shapes: Shapes = None
@@ -245,7 +246,7 @@ class BisectRequest(TargetRun):
     target: Annotated[str, Cli(flag="--target"), Field(
         min_length=1, max_length=32, json_schema_extra={"enum": list(QNN_TARGETS)},
         description="htp-sim (no phone needed), device (ModuleBasic over adb: QNN fp16 vs MNN CPU fp32, CPU fp16 "
-        "as the floor) or host")] = "htp-sim"
+        "as the floor) or host")] = DEFAULT_TARGET
     out: Out = Field(None, description="Output directory (default: qnn-debug-runs/MODEL/bisect-TARGET)")
     reference_model: ReferenceModel = None
     baseline: Annotated[str | None, PathRole("dir"), Cli(flag="--baseline"), Field(
@@ -269,7 +270,7 @@ class LocaliseBlocksRequest(TargetRun):
         min_length=1, max_length=32, json_schema_extra={"enum": list(QNN_TARGETS)},
         description="htp-sim (every block in one simulator session, no phone needed), device (each block's .mnn "
         "dumped with MNN2QNNModel --dump_intermediate_outputs and run on the phone over adb; options mnn2qnn and "
-        "qnn_sdk) or host (a local MNN build)")] = "htp-sim"
+        "qnn_sdk) or host (a local MNN build)")] = DEFAULT_TARGET
     out: Out = Field(None, description="Output directory (default: qnn-debug-runs/MODEL/blocks, or blocks-TARGET off the simulator)")
     reference_model: ReferenceModel = None
     layers_per_block: Annotated[int, Cli(flag="--layers-per-block"), Field(
@@ -282,7 +283,7 @@ class LocaliseBlocksRequest(TargetRun):
                     "(default: a third of the free memory, at most 8G)")] = None
 
     def default_out(self) -> tuple[str, str] | None:
-        return _stem(self.model), "blocks" if self.target == "htp-sim" else f"blocks-{self.target}"
+        return _stem(self.model), "blocks" if self.target == DEFAULT_TARGET else f"blocks-{self.target}"
 
 
 class LlmCheckRequest(Request):

@@ -131,8 +131,12 @@ def localise_blocks(request: rq.LocaliseBlocksRequest, progress: Progress) -> Bl
 
     if request.options is not None:
         _target_options(request)  # options off the phone or host build: refused by the general rule first
-    if request.serial and request.target != "device":
-        raise BadInputError("--serial applies to --target device only", hint="drop --serial or add --target device")
+    from ..targets import TARGETS, target
+
+    adb_targets = [n for n in TARGETS if target(n).capabilities.over_adb]
+    if request.serial and request.target not in adb_targets:
+        raise BadInputError(f"--serial applies to --target {' or '.join(adb_targets)} only",
+                            hint=f"drop --serial or add --target {' or '.join(adb_targets)}")
     options = _target_options(request)
     from ..localise.budget import parse_size
 

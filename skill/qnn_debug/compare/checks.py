@@ -17,13 +17,13 @@ from ..progress import NULL_PROGRESS, Progress
 from ..runstore import QuantParams, Run
 from .align import load_in_reference_layout, match_layout
 from .local_error import Fetch, LocalRunError, ModelIndex, measure, prepare
-from .localize import OpNode, Suspect
+from .localise import OpNode, Suspect
 from .patterns import PatternContext, Trial
 from .schema import LocalError, TensorRow
 from .thresholds import Thresholds
 
 if TYPE_CHECKING:
-    from .localize import Located
+    from .localise import Located
 
 
 @dataclass

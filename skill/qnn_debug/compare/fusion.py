@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..runstore import Run
-from .localize import OpNode, ops_behind
+from .localise import OpNode, ops_behind
 from .schema import FirstFailing, FusedOp
 
 

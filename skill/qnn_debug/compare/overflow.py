@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..runstore import Run
-from .localize import OpNode
+from .localise import OpNode
 from .ranges import FP16_MAX, HTP_FP16_MAX, first_overflows, max_abs
 from .schema import TensorRow
 

@@ -32,7 +32,7 @@ from .thresholds import Thresholds
 
 if TYPE_CHECKING:
     from .checks import Rerun
-    from .localize import Located
+    from .localise import Located
     from .rows import Measured
 
 # Most specific first: when several trials match, the earlier pattern wins.

@@ -3,7 +3,7 @@
 1. align (:mod:`.align`): pair tensors by name, layout and alias; refuse runs on other inputs;
 2. metrics (:mod:`.rows`): stream every pair through the one comparator, judge each row against the floor,
    check the graph inputs' copies, detect a quantized target;
-3. localise (:mod:`.localize`): suspects where the excess over the floor jumps;
+3. localise (:mod:`.localise`): suspects where the excess over the floor jumps;
 4. local re-run (:mod:`.checks`): re-run each suspect on the target's own inputs until one is wrong;
 5. patterns (:mod:`.patterns`): which wrong semantics reproduce it; an op leaving the fp16 range, an
    encoding that clips;
@@ -29,7 +29,7 @@ from . import wording
 from .align import align_runs
 from .checks import rerun_suspects
 from .importers import ReferenceSide, open_reference, open_target, target_kind
-from .localize import localise
+from .localise import localise
 from .options import CompareOptions
 from .patterns import find_patterns
 from .rows import PREFETCH_AHEAD, measure

@@ -21,7 +21,7 @@ from ..runstore import Run
 from .align import Aligned, Pair, prefetch_pair, shared_reference_stats
 from .importers import ReferenceSide
 from .input_checks import InputMismatch, check_inputs, uncompared
-from .localize import judge_tensor
+from .localise import judge_tensor
 from .metrics import ScratchArrays, metric_values
 from .options import CompareOptions
 from .quant_detect import QuantDetection

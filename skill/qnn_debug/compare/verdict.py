@@ -26,7 +26,7 @@ from .checks import Finding
 from .drift import find_drift
 from .fusion import name_target_op
 from .input_checks import InputMismatch
-from .localize import OpNode, Suspect
+from .localise import OpNode, Suspect
 from .overflow import Overflow
 from .quant_detect import RangeClip
 from .schema import FirstFailing, Pattern, TensorRow, VerdictKind
@@ -34,7 +34,7 @@ from .thresholds import OUTPUT_OK_DB, Thresholds
 
 if TYPE_CHECKING:
     from .checks import Rerun
-    from .localize import Located
+    from .localise import Located
     from .patterns import PatternFindings
     from .rows import Measured
 

@@ -45,6 +45,7 @@ from .verdict import (
 )
 
 if TYPE_CHECKING:
+    from ..targets.base import Target
     from .schema import CompareResult
 
 
@@ -361,19 +362,25 @@ def _precision_steps(r: CompareResult) -> list[NextStep]:
     return steps
 
 
-def _other_fusions() -> list[str]:
-    from ..targets.htp_sim import KNOWN_OPTIMIZERS
+def _fusion_target() -> Target:
+    """The target whose options switch graph fusions off: the fusions and the option come from its own hints."""
+    from ..targets import TARGETS, target
 
-    return [o for o in KNOWN_OPTIMIZERS if o not in ("ConvBNFusion", "MatMulAddFusion")]
+    return next(target(n) for n in TARGETS if target(n).capabilities.fusion_switches)
+
+
+def _other_fusions() -> list[str]:
+    return [o for o in _fusion_target().known_fusions() if o not in ("ConvBNFusion", "MatMulAddFusion")]
 
 
 def _redump_steps(r: CompareResult, base: Path, run: Path, optimizers: list[str], what: str) -> list[NextStep]:
     """Re-dump on the simulator with ``optimizers`` disabled, then compare marked tensors and unmarked outputs."""
     precision: list[Arg] = ["--precision", r.precision] if r.precision in ("fp16", "quantized") else []
     new = run.with_name(f"{run.name}-no-{'-'.join(optimizers) if len(optimizers) == 1 else 'fusions'}")
+    tgt = _fusion_target()
     return [
-        step("dump_qnn", ["dump", _model(r), "--target", "htp-sim", *precision, *_inputs(r),
-                          "--option", f"disabled_optimizers={','.join(optimizers)}", "--out", new],
+        step("dump_qnn", ["dump", _model(r), "--target", tgt.name, *precision, *_inputs(r),
+                          *tgt.fusion_option(optimizers), "--out", new],
              f"Re-dump with {what} (fusions change HTP numerics; marking blocks some of them); add the original "
              f"--soc/--arch if not soc {DEFAULT_SOC}."),
         step("compare", ["compare", base, new], f"Compare the re-dump with {what} tensor by tensor."),

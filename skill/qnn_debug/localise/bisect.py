@@ -5,12 +5,13 @@ Each probe cuts the model after one op (the cut's *frontier* becomes the graph o
 reference exactly as ``compare`` judges a tensor (beyond the fp16 floor by the jump gate = bad). A binary
 search over the cut points needs about log2(N) + 1 probes.
 
-- ``htp-sim``: the reference and the floor come from a baseline (ORT CPU fp32 and the fp16 floor); all
-  probes run in one simulator worker process.
-- ``device`` / ``host``: each truncated model is converted to ``.mnn`` and run with ModuleBasic on the same
-  device three times: QNN (forward type 5, precision low = fp16), MNN CPU fp32 (forward 0, precision 1) as
-  the reference and MNN CPU at precision 2 (fp16 where the CPU has it) as the floor; with ``opencl`` also
-  OpenCL fp16 (forward 3) as a third opinion.
+The target decides how (its :class:`~qnn_debug.targets.base.Capabilities`, never its name):
+
+- a target with ``own_reference`` (``device``, ``host``) brings the reference and the floor from the same
+  machine with each probe (:mod:`qnn_debug.targets.mnn_probe`);
+- otherwise the reference and the floor come from a baseline (ORT CPU fp32 and the fp16 floor); a target
+  with ``one_session`` (``htp-sim``) runs the whole search in one process of its own, any other target is
+  probed cut by cut through its ``prober``.
 
 The fp16-range check needs no probe: the first tensor whose reference leaves the fp16 range (|x| > 65504)
 is named from the baseline; HTP saturates there (at 131008, never inf), so it is a range problem, not a bug.
@@ -22,7 +23,7 @@ import shutil
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -32,6 +33,8 @@ from ..errors import BadInputError
 from ..next_step import step
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import Run, atomic_write_text, check_output_dir
+from ..targets import DEFAULT_TARGET, target
+from ..targets.base import ProbeSetup, Target
 from .cut import CutPoint, cut_points, truncate
 from .models import BisectResult, FirstFailingOp, RangeFinding
 from .probe import Probe, first_bad, judge, summarise
@@ -40,10 +43,6 @@ FP16_MAX = 65504.0
 SENTINEL = 1e30  # |x| at or above this is a -inf/+inf stand-in (masks), not a value
 RESULT_FILE = "bisect.json"
 BASELINE_DIR = "baseline"
-WORKER = "qnn_debug.workers.sim_probe_worker"
-DEVICE_OPTIONS = {"serial", "adb", "mnn_dir"}
-HOST_OPTIONS = {"mnn_build_dir", "qnn_lib_dir"}
-SIM_OPTIONS = {"disabled_optimizers"}
 
 
 class BisectRequest(BaseModel):
@@ -52,16 +51,16 @@ class BisectRequest(BaseModel):
 
     model: Path
     out: Path
-    target: Literal["htp-sim", "device", "host"] = "htp-sim"
+    target: str = DEFAULT_TARGET  # a registered target's name
     reference_model: Path | None = None
-    baseline: Path | None = None  # reuse this baseline (htp-sim) instead of building one under out/
+    baseline: Path | None = None  # reuse this baseline (targets without their own reference) instead of building one
     inputs: Path | None = None
     shapes: dict[str, list[int]] = Field(default_factory=dict)
     seed: int = 0
     soc_model: int = 69
     htp_arch: int | None = None
     options: dict[str, str] = Field(default_factory=dict)
-    opencl: bool = False  # device/host: also run OpenCL fp16 (forward type 3) as a third opinion
+    opencl: bool = False  # targets with their own reference: also OpenCL fp16 (forward type 3) as a third opinion
     mnn_gate: bool = True
     force: bool = False
     timeout: float = 1800.0
@@ -79,12 +78,13 @@ def run_bisect(request: BisectRequest, progress: Progress = NULL_PROGRESS, *,
         raise BadInputError(f"bisect truncates ONNX graphs; {model_path.name} is not one",
                             hint="pass the .onnx the .mnn was converted from (device/host probes convert each cut)")
     ref_path = Path(request.reference_model or model_path)
+    tgt = target(request.target)
     out = _prepare_out(Path(request.out), request.force)
     model = load_onnx(model_path)
-    if request.target == "htp-sim":
-        result = _bisect_sim(request, model, ref_path, out, th, progress)
+    if tgt.capabilities.own_reference:
+        result = _bisect_same_device(tgt, request, model, load_onnx(ref_path), out, th, progress)
     else:
-        result = _bisect_mnn(request, model, load_onnx(ref_path), out, th, progress)
+        result = _bisect_on_baseline(tgt, request, model, ref_path, out, th, progress)
     result.elapsed_s = round(time.monotonic() - started, 3)
     atomic_write_text(out / RESULT_FILE, result.model_dump_json(indent=1))
     return result
@@ -110,17 +110,23 @@ def judged_names(reference: Run) -> set[str]:
     return {t.name for t in reference.tensors if t.kind in ("activation", "output")}
 
 
-def _bisect_sim(request: BisectRequest, model: Any, ref_path: Path, out: Path, th: Thresholds,
-                progress: Progress) -> BisectResult:
+def _setup(request: BisectRequest, work: Path, progress: Progress) -> ProbeSetup:
+    return ProbeSetup(work=work, soc_model=request.soc_model, htp_arch=request.htp_arch, options=request.options,
+                      opencl=request.opencl, timeout=request.timeout, progress=progress)
+
+
+def _bisect_on_baseline(tgt: Target, request: BisectRequest, model: Any, ref_path: Path, out: Path, th: Thresholds,
+                        progress: Progress) -> BisectResult:
+    """Reference and floor from a baseline; the target runs the cuts (in one session when it can)."""
     from ..baseline import load_baseline, run_baseline
     from ..inputs import fix_input_shapes, prepare_inputs, save_npz
     from ..onnx_graph import ensure_node_names, graph_inputs
-    from ..targets import qnn_ep
-    from ..targets.htp_sim import split_options
-    from ..workers import run_worker
 
-    extra, disabled, _ = split_options(request.options)
-    options = qnn_ep.provider_options(request.soc_model, request.htp_arch, extra)
+    work = out / "probes"
+    setup = _setup(request, work, progress)
+    session = tgt.session_options(setup) if tgt.capabilities.one_session else {}
+    if not tgt.capabilities.one_session:
+        tgt.options(request.options)
     if request.baseline is not None:
         base = load_baseline(request.baseline)
     else:
@@ -134,23 +140,39 @@ def _bisect_sim(request: BisectRequest, model: Any, ref_path: Path, out: Path, t
     if not points:
         raise BadInputError("no tensor of the model can be compared with the reference",
                             hint="is the baseline a run of this model? Tensors are matched by name")
-    work = out / "probes"
     work.mkdir(exist_ok=True)
-    import onnx
+    if tgt.capabilities.one_session:
+        import onnx
 
-    onnx.save(fixed, str(work / "model.onnx"))
-    save_npz(work / "inputs.npz", prepared.arrays)
-    response = run_worker(WORKER, {
-        "job": "bisect", "model": str(work / "model.onnx"), "inputs_npz": str(work / "inputs.npz"),
-        "reference": str(base.reference.dir), "floor": str(base.floor.dir) if base.floor is not None else None,
-        "points": [_point_json(p) for p in points], "options": options, "disabled_optimizers": disabled,
-        "thresholds": th.model_dump(mode="json"),
-    }, log_path=work / "htp_probe_worker.log", timeout=request.timeout, progress=progress,
-        what="HTP simulator bisection")
-    probes = [Probe.model_validate(p) for p in response["probes"]]
+        onnx.save(fixed, str(work / "model.onnx"))
+        save_npz(work / "inputs.npz", prepared.arrays)
+        response = tgt.run_session({
+            "job": "bisect", "model": str(work / "model.onnx"), "inputs_npz": str(work / "inputs.npz"),
+            "reference": str(base.reference.dir), "floor": str(base.floor.dir) if base.floor is not None else None,
+            "points": [_point_json(p) for p in points], **session, "thresholds": th.model_dump(mode="json"),
+        }, log=work / "htp_probe_worker.log", timeout=request.timeout, progress=progress,
+            what="HTP simulator bisection")
+        first, probes = response["first"], [Probe.model_validate(p) for p in response["probes"]]
+    else:
+        prober = tgt.prober(setup)
+        floor_run = base.floor
+        op_types = {o: n.op_type for n in fixed.graph.node for o in n.output}
+
+        def probe(i: int) -> Probe:
+            t0 = time.monotonic()
+            point = points[i]
+            names = list(point.frontier)
+            values = prober.probe(truncate(fixed, names), names, prepared.arrays, work=work / f"cut{i:04d}")
+            tensors = [judge(n, values.target[n], base.reference.array(n),
+                             floor_run.array(n) if floor_run is not None and floor_run.has(n) else None,
+                             op_types.get(n), th) for n in names]
+            return summarise(i, point.position, point.op, point.op_type, tensors, time.monotonic() - t0)
+
+        with progress.stage("bisect: probes", total=None, message=f"bisect: probing cuts on the {request.target}"):
+            first, probes = first_bad(len(points), probe)
     floor = "fp16 floor (ORT CPU, every tensor rounded through fp16)" if base.floor is not None else "none"
     naming = {t.name: (t.op or "", t.op_type or "", t.position) for t in base.reference.tensors if t.op}
-    result = _result(request, out, points, response["first"], probes, floor, str(base.dir), naming)
+    result = _result(request, out, points, first, probes, floor, str(base.dir), naming)
     result.fp16_range = fp16_range(base.reference)
     _explain(result, th)
     return result
@@ -246,17 +268,18 @@ def first_out_of_range(items: Iterable[tuple[str, str | None, str | None, int, n
     return None
 
 
-# --- device / host: ModuleBasic on the same device as reference, floor and target ------------------------
+# --- targets with their own reference: reference, floor and target on the same machine --------------------
 
-def _bisect_mnn(request: BisectRequest, model: Any, reference_model: Any, out: Path, th: Thresholds,
-                progress: Progress) -> BisectResult:
+def _bisect_same_device(tgt: Target, request: BisectRequest, model: Any, reference_model: Any, out: Path,
+                        th: Thresholds, progress: Progress) -> BisectResult:
     from ..inputs import prepare_inputs
     from ..onnx_graph import ensure_node_names, graph_inputs
     from ..targets.onnx_capture import capture_plan
 
     ensure_node_names(model)
     ensure_node_names(reference_model)
-    executor = _executor(request)
+    work = out / "probes"
+    prober = tgt.prober(_setup(request, work, progress))
     prepared = prepare_inputs(graph_inputs(reference_model), inputs=request.inputs, shapes=request.shapes or None,
                               seed=request.seed)
     ref_names = {p.name for p in capture_plan(reference_model) if p.kind != "input"}
@@ -264,7 +287,6 @@ def _bisect_mnn(request: BisectRequest, model: Any, reference_model: Any, out: P
     if not points:
         raise BadInputError("no float tensor of the model is also in the reference model",
                             hint="pass the original model as --reference-model; tensors are matched by name")
-    work = out / "probes"
     work.mkdir(exist_ok=True)
     op_types = {o: n.op_type for n in model.graph.node for o in n.output}
 
@@ -272,14 +294,15 @@ def _bisect_mnn(request: BisectRequest, model: Any, reference_model: Any, out: P
         t0 = time.monotonic()
         point = points[i]
         names = list(point.frontier)
-        values = _mnn_probe(executor, model, reference_model, names, prepared.arrays, work / f"cut{i:04d}", request,
-                            progress)
+        values = prober.probe(truncate(model, names), names, prepared.arrays,
+                              reference=truncate(reference_model, names), work=work / f"cut{i:04d}")
+        assert values.reference is not None and values.floor is not None
         tensors = []
         for name in names:
-            t = judge(name, values["qnn"][name], values["cpu_fp32"][name], values["cpu_fp16"][name], op_types.get(name), th)
-            if "opencl_fp16" in values:
-                other = judge(name, values["opencl_fp16"][name], values["cpu_fp32"][name], None, op_types.get(name), th)
-                t.opinions["opencl_fp16_sqnr_db"] = other.target_sqnr_db
+            t = judge(name, values.target[name], values.reference[name], values.floor[name], op_types.get(name), th)
+            for label, other_values in values.opinions.items():
+                other = judge(name, other_values[name], values.reference[name], None, op_types.get(name), th)
+                t.opinions[f"{label}_sqnr_db"] = other.target_sqnr_db
             tensors.append(t)
         return summarise(i, point.position, point.op, point.op_type, tensors, time.monotonic() - t0)
 
@@ -290,69 +313,3 @@ def _bisect_mnn(request: BisectRequest, model: Any, reference_model: Any, out: P
                      {o: (n.name, n.op_type, i) for i, n in enumerate(reference_model.graph.node) for o in n.output})
     _explain(result, th)
     return result
-
-
-def _executor(request: BisectRequest) -> Any:
-    own = DEVICE_OPTIONS if request.target == "device" else HOST_OPTIONS
-    unknown = sorted(set(request.options) - own)
-    if unknown:
-        raise BadInputError(f"bisect on {request.target} does not take the option(s) {', '.join(unknown)}",
-                            hint="allowed: " + ", ".join(sorted(own)))
-    if request.target == "host":
-        from ..targets.host import make_executor
-
-        return make_executor(request.options)
-    from ..device.probe import probe_device
-    from ..targets.device import DEFAULT_MNN_DIR, AdbExecutor, make_adb
-
-    adb = make_adb(request.options)
-    mnn_dir = request.options.get("mnn_dir") or DEFAULT_MNN_DIR
-    found = probe_device(adb, mnn_dir=mnn_dir, mode="online")
-    missing = [f for f in found.missing if f.needed_for in ("all", "online")]
-    if missing:
-        from ..errors import DeviceError
-
-        raise DeviceError(f"{found.serial} lacks {', '.join(f.name for f in missing)} in {mnn_dir}",
-                          hint="push them: " + " ; ".join(f.push or "" for f in missing))
-    return AdbExecutor(adb, mnn_dir, timeout=max(request.timeout, 60.0))
-
-
-def _mnn_probe(executor: Any, model: Any, reference_model: Any, names: list[str], arrays: dict[str, np.ndarray],
-               work: Path, request: BisectRequest, progress: Progress) -> dict[str, dict[str, np.ndarray]]:
-    """Convert both cuts to .mnn and run them with ModuleBasic: QNN fp16, CPU fp32, CPU fp16 (+ OpenCL fp16)."""
-    import onnx
-
-    from ..mnn.runner import require_success, run_module_basic
-    from ..mnn.testdir_builder import write_testdir
-    from ..workers import run_worker
-
-    work.mkdir(parents=True, exist_ok=True)
-    models = {}
-    for role, source in (("target", model), ("reference", reference_model)):
-        cut = truncate(source, names)
-        onnx.save(cut, str(work / f"{role}.onnx"))
-        run_worker("qnn_debug.workers.mnn_convert_worker", {"src": str(work / f"{role}.onnx"),
-                                                            "dst": str(work / f"{role}.mnn")},
-                   log_path=work / f"convert_{role}.log", timeout=request.timeout, what="MNN converter")
-        models[role] = (work / f"{role}.mnn", {v.name for v in cut.graph.input})
-    feeds = {k: v for k, v in arrays.items() if k in models["reference"][1]}
-    testdir = work / "testdir"
-    write_testdir(testdir, feeds, names, shape_mutable=False)
-    runs = [("qnn", "target", 5, 2), ("cpu_fp32", "reference", 0, 1), ("cpu_fp16", "reference", 0, 2)]
-    if request.opencl:
-        runs.append(("opencl_fp16", "reference", 3, 2))
-    values: dict[str, dict[str, np.ndarray]] = {}
-    for label, role, forward, precision in runs:
-        mb = run_module_basic(executor, model=models[role][0], companions=[], testdir=testdir,
-                              local_dir=work / label, forward=forward, precision=precision, timeout=request.timeout,
-                              progress=progress)
-        require_success(mb)
-        missing = [n for n in names if n not in mb.outputs]
-        if missing:
-            from ..errors import TargetError
-
-            raise TargetError(f"ModuleBasic ({label}) wrote no value for {missing[0]!r}",
-                              hint=f"see {work / label / 'modulebasic.log'}")
-        values[label] = dict(mb.outputs)
-    return values
-

@@ -21,16 +21,8 @@ from ..compare.thresholds import Thresholds
 from ..errors import TargetError
 from ..progress import Progress
 from ..runstore import atomic_write_text
-from .blocks import (
-    RESULT_FILE,
-    BlockCheck,
-    BlockFirstFailing,
-    BlockRequest,
-    BlockResult,
-    _explain,
-    _save_block,
-    cut_blocks,
-)
+from .block_cut import RESULT_FILE, BlockRequest, block_name, cut_blocks, explain, save_block
+from .models import BlockCheck, BlockFirstFailing, BlockResult
 from .probe import ProbeTensor
 
 CONVERT_WORKER = "qnn_debug.workers.mnn_convert_worker"
@@ -49,7 +41,7 @@ def run_blocks_mnn(request: BlockRequest, out: Path, progress: Progress, th: Thr
         t0 = time.monotonic()
         stem = f"block{k:03d}_layers{tb.first}-{tb.last}"
         with progress.stage(f"blocks: {tb.name}", total=None, message=f"blocks: {tb.name} on the {request.target}"):
-            _save_block(work, stem, cut.target, cut.reference, tb, rb, outs, cut.shapes, cut.values)
+            save_block(work, stem, cut.target, cut.reference, tb, rb, outs, cut.shapes, cut.values)
             renamed = _file_safe_boundary(work, stem)
             compare, diag_out, method = _diagnose_block(work, stem, request, progress)
         back = {new: old for old, new in renamed.items()}
@@ -84,16 +76,12 @@ def run_blocks_mnn(request: BlockRequest, out: Path, progress: Progress, th: Thr
             if ff is not None:
                 result.first_failing = BlockFirstFailing(
                     op=ff.model_op or ff.op, op_type=ff.model_op_type or ff.op_type, tensor=ff.tensor,
-                    position=ff.position, block=bad_check_name(bad_check),
+                    position=ff.position, block=block_name(bad_check),
                     method=f"{method or 'full dump'} of the block on the {request.target}")
-    _explain(result, th)
+    explain(result, th)
     result.elapsed_s = round(time.monotonic() - started, 3)
     atomic_write_text(out / RESULT_FILE, result.model_dump_json(indent=1))
     return result
-
-
-def bad_check_name(check: BlockCheck) -> str:
-    return f"layer {check.first}" if check.first == check.last else f"layers {check.first}..{check.last}"
 
 
 def file_safe(name: str, taken: set[str]) -> str:

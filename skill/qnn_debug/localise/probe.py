@@ -2,7 +2,7 @@
 
 A probe is **bad** when some frontier tensor is beyond the floor by the verdict's own jump gate
 (``Thresholds.jump_db``, with the floor capped at ``floor_cap_db``): exactly how ``compare`` calls a
-tensor ``bad`` (:func:`qnn_debug.compare.localize.judge_tensor`), so both methods judge alike.
+tensor ``bad`` (:func:`qnn_debug.compare.localise.judge_tensor`), so both methods judge alike.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..compare.localize import judge_tensor
+from ..compare.localise import judge_tensor
 from ..compare.metrics import error_stats, metric_values
 from ..compare.thresholds import Thresholds
 from .models import Probe, ProbeTensor

@@ -309,12 +309,10 @@ def save_block(cut: StreamedCut, work: Path, stem: str, k: int) -> None:
     save_npz(work / f"{stem}_reference_inputs.npz", {n: np.asarray(cut.values[n]) for n in rb.inputs})
 
 
-def simulate(request: Any, work: Path, progress: Progress, th: Thresholds) -> tuple[StreamedCut, dict[str, Any],
-                                                                                     dict[str, float]]:
-    """Reference, stages and the simulator worker; returns the cut, the worker's answer and the timings."""
-    from ..targets import qnn_ep
-    from ..targets.htp_sim import split_options
-    from ..workers import run_worker
+def simulate(request: Any, work: Path, progress: Progress, th: Thresholds,
+             tgt: Any) -> tuple[StreamedCut, dict[str, Any], dict[str, float]]:
+    """Reference, stages and the target's block session(s); returns the cut, the worker's answer and the timings."""
+    from ..targets.base import ProbeSetup
 
     cut = cut_streamed(request, progress)
     timings = dict(cut.timings)
@@ -323,14 +321,13 @@ def simulate(request: Any, work: Path, progress: Progress, th: Thresholds) -> tu
     ops_job = save_values(cut, work)
     timings["prepare_s"] = round(time.monotonic() - t0, 3)
     timings["block_groups"] = float(len(stages))
-    extra, disabled, _ = split_options(request.options)
+    session = tgt.session_options(ProbeSetup(work=work, soc_model=request.soc_model, htp_arch=request.htp_arch,
+                                             options=request.options, timeout=request.timeout, progress=progress))
     t0 = time.monotonic()
-    response = run_worker("qnn_debug.workers.sim_probe_worker",
-                          {"job": "blocks", "block_stages": stages, "ops_job": ops_job,
-                           "options": qnn_ep.provider_options(request.soc_model, request.htp_arch, extra),
-                           "disabled_optimizers": disabled, "thresholds": th.model_dump(mode="json")},
-                          log_path=work / "htp_blocks_worker.log", timeout=request.timeout, progress=progress,
-                          what="HTP simulator block runs")
+    response = tgt.run_session({"job": "blocks", "block_stages": stages, "ops_job": ops_job, **session,
+                                "thresholds": th.model_dump(mode="json")},
+                               log=work / "htp_blocks_worker.log", timeout=request.timeout, progress=progress,
+                               what="HTP simulator block runs")
     timings["htp_sim_s"] = round(time.monotonic() - t0, 3)
     timings.update({f"htp_sim_{k}": v for k, v in response.items() if k.endswith("_s")})
     return cut, response, timings

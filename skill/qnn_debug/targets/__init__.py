@@ -1,8 +1,9 @@
-"""Target registry: where a QNN dump comes from. A new target is one new module that registers itself.
+"""Target registry: where a model runs. A new target is one new module (a :class:`~.base.Target` subclass
+whose instance is the module's ``TARGET``) plus one ``register_target`` line here, or ``register(instance)``.
 
-A target turns a :class:`DumpRequest` into a finished run directory (see ``runstore``). Targets are
-looked up by name (``htp-sim``, ``device``, ``host``); modules are imported lazily so the CLI and the
-MCP server start without loading onnxruntime or MNN.
+A target turns a :class:`DumpRequest` into a finished run directory (see ``runstore``) and runs cut models
+for ``bisect`` / ``localise-blocks``. Targets are looked up by name (``htp-sim``, ``device``, ``host``);
+modules are imported lazily so the CLI and the MCP server start without loading onnxruntime or MNN.
 """
 
 from __future__ import annotations
@@ -11,14 +12,29 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
 from ..errors import BadInputError
 from ..mnn.soc import DEFAULT_SOC
 from ..progress import Progress
-from ..runstore import Run
+from .base import Capabilities, Target
+
+__all__ = [
+    "TARGETS",
+    "Capabilities",
+    "DumpRequest",
+    "Precision",
+    "Target",
+    "check_target",
+    "default_target",
+    "get_target",
+    "register",
+    "register_target",
+    "target",
+    "target_names",
+]
 
 Precision = Literal["fp16", "fp32", "quantized"]
 
@@ -40,22 +56,41 @@ class DumpRequest(BaseModel):
     options: dict[str, str] = Field(default_factory=dict)  # target specific: serial, mnn_build_dir, ...
 
 
-TargetFn = Callable[[DumpRequest, Progress], Run]
+if TYPE_CHECKING:
+    from ..runstore import Run
+
+TargetFn = Callable[[DumpRequest, Progress], "Run"]
 
 
-@dataclass(frozen=True)
+@dataclass
 class TargetSpec:
     name: str
-    module: str  # module that defines ``run(request, progress) -> Run``
+    module: str  # module whose ``TARGET`` is the :class:`~.base.Target` instance (imported when first used)
     description: str
+    instance: Target | None = None
 
 
-# name → module; each module defines ``run(request: DumpRequest, progress: Progress) -> Run``.
+# name → spec; the CLI/MCP choices and ``check_target`` read this.
 TARGETS: dict[str, TargetSpec] = {}
 
 
 def register_target(name: str, module: str, description: str) -> None:
+    """Register a target module lazily (its ``TARGET`` is imported when first used)."""
     TARGETS[name] = TargetSpec(name, module, description)
+
+
+def register(target: Target) -> Target:
+    """Register a target instance (a plugin or a test double); returns it."""
+    TARGETS[target.name] = TargetSpec(target.name, type(target).__module__, target.description, target)
+    return target
+
+
+def target_names() -> tuple[str, ...]:
+    return tuple(TARGETS)
+
+
+def default_target() -> str:
+    return DEFAULT_TARGET
 
 
 def check_target(name: str) -> TargetSpec:
@@ -66,11 +101,20 @@ def check_target(name: str) -> TargetSpec:
     return spec
 
 
+def target(name: str) -> Target:
+    """The :class:`~.base.Target` called ``name`` (imports its module on first use)."""
+    spec = check_target(name)
+    if spec.instance is None:
+        spec.instance = importlib.import_module(spec.module).TARGET
+    assert spec.instance is not None
+    return spec.instance
+
+
 def get_target(name: str) -> TargetFn:
-    fn: TargetFn = importlib.import_module(check_target(name).module).run
-    return fn
+    return target(name).dump
 
 
+DEFAULT_TARGET = "htp-sim"
 register_target("htp-sim", "qnn_debug.targets.htp_sim", "Qualcomm's HTP simulator from onnxruntime-qnn (x86_64 libQnnHtp.so)")
 register_target("device", "qnn_debug.targets.device", "MNN's QNN backend on an Android phone over adb")
 register_target("host", "qnn_debug.targets.host", "MNN's QNN backend from a local MNN build dir (e.g. x86_64 + HTP simulator libs)")

@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
 
 from ..device.adb import DEVICE_BASE, Adb, device_path
 from ..errors import BadInputError, DeviceError
 from ..progress import Progress
 from ..runstore import Run
 from . import DumpRequest
+from .base import Capabilities, ProbeSetup, Target
+from .mnn_probe import MnnProber
 
 DEFAULT_MNN_DIR = f"{DEVICE_BASE}/bin"
 OWN_OPTIONS = {"serial", "adb", "mnn_dir", "qnn_sdk_android", "mnn_android_build", "ndk"}
+PROBE_OPTIONS = {"serial", "adb", "mnn_dir"}  # what a cut-model probe reads
 
 
 class AdbExecutor:
@@ -106,3 +112,53 @@ def run(request: DumpRequest, progress: Progress) -> Run:
     executor = AdbExecutor(adb, mnn_dir, timeout=max(request.timeout, 60.0))
     return capture(request, executor, opts, progress, target="device", soc_model=soc, htp_arch=arch, warnings=warnings,
                    extra={"serial": probe.serial, "device_model": probe.model, "soc_part": probe.soc_part})
+
+
+class ProbeOptions(BaseModel):
+    """The ``--option`` keys a probe on the phone reads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    serial: str | None = None
+    adb: str | None = None
+    mnn_dir: str | None = None
+
+
+def check_probe_options(target: str, options: dict[str, str], allowed: set[str]) -> None:
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise BadInputError(f"bisect on {target} does not take the option(s) {', '.join(unknown)}",
+                            hint="allowed: " + ", ".join(sorted(allowed)))
+
+
+class DeviceTarget(Target):
+    """MNN's QNN backend on a phone: dumps through ModuleBasic/MNN2QNNModel, probes with its own CPU reference."""
+
+    name: ClassVar[str] = "device"
+    description: ClassVar[str] = "MNN's QNN backend on an Android phone over adb"
+    capabilities: ClassVar[Capabilities] = Capabilities(own_reference=True, takes_settings=True, module_basic=True,
+                                                          over_adb=True)
+    options_model: ClassVar[type[BaseModel]] = ProbeOptions
+
+    def options(self, options: dict[str, str]) -> ProbeOptions:
+        check_probe_options(self.name, options, PROBE_OPTIONS)
+        return ProbeOptions.model_validate(options)
+
+    def dump(self, request: DumpRequest, progress: Progress) -> Run:
+        return run(request, progress)
+
+    def prober(self, setup: ProbeSetup) -> MnnProber:
+        from ..device.probe import probe_device
+
+        own = self.options(setup.options)
+        adb = make_adb(setup.options)
+        mnn_dir = own.mnn_dir or DEFAULT_MNN_DIR
+        found = probe_device(adb, mnn_dir=mnn_dir, mode="online")
+        missing = [f for f in found.missing if f.needed_for in ("all", "online")]
+        if missing:
+            raise DeviceError(f"{found.serial} lacks {', '.join(f.name for f in missing)} in {mnn_dir}",
+                              hint="push them: " + " ; ".join(f.push or "" for f in missing))
+        return MnnProber(AdbExecutor(adb, mnn_dir, timeout=max(setup.timeout, 60.0)), setup)
+
+
+TARGET = DeviceTarget()

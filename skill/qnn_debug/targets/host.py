@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
 
 from .. import fs, process
 from ..errors import BadInputError, TargetError
 from ..progress import Progress
 from ..runstore import Run
 from . import DumpRequest
+from .base import Capabilities, ProbeSetup, Target
+from .mnn_probe import MnnProber
 
 OWN_OPTIONS = {"mnn_build_dir", "qnn_lib_dir"}
 
@@ -114,3 +119,37 @@ def run(request: DumpRequest, progress: Progress) -> Run:
     soc, arch = resolve(request.soc_model, request.htp_arch)
     return capture(request, executor, opts, progress, target="host", soc_model=soc, htp_arch=arch,
                    extra={"mnn_build_dir": str(executor.build_dir)})
+
+
+class HostOptions(BaseModel):
+    """The ``--option`` keys a probe on the local build reads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mnn_build_dir: str | None = None
+    qnn_lib_dir: str | None = None
+
+
+class HostTarget(Target):
+    """MNN's QNN backend from a local build: like the phone, without adb."""
+
+    name: ClassVar[str] = "host"
+    description: ClassVar[str] = "MNN's QNN backend from a local MNN build dir (e.g. x86_64 + HTP simulator libs)"
+    capabilities: ClassVar[Capabilities] = Capabilities(own_reference=True, takes_settings=True, module_basic=True)
+    options_model: ClassVar[type[BaseModel]] = HostOptions
+
+    def options(self, options: dict[str, str]) -> HostOptions:
+        from .device import check_probe_options
+
+        check_probe_options(self.name, options, OWN_OPTIONS)
+        return HostOptions.model_validate(options)
+
+    def dump(self, request: DumpRequest, progress: Progress) -> Run:
+        return run(request, progress)
+
+    def prober(self, setup: ProbeSetup) -> MnnProber:
+        self.options(setup.options)
+        return MnnProber(make_executor(setup.options), setup)
+
+
+TARGET = HostTarget()

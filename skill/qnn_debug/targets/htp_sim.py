@@ -22,15 +22,24 @@ The simulator writes to fd 1 and shares one backend per process: the work happen
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import BadInputError
 from ..progress import Progress
 from ..runstore import Run, RunRecord, prepare_run_dir
 from ..versions import library_versions
 from . import DumpRequest
+from .base import Capabilities, ProbeSetup, ProbeValues, Target
 from .worker_run import run_capture_worker
 
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
 WORKER = "qnn_debug.workers.htp_worker"
+PROBE_WORKER = "qnn_debug.workers.sim_probe_worker"
 
 # Provider options a user may add with --option (the EP silently accepts unknown keys, so we do not).
 EXTRA_PROVIDER_OPTIONS = {
@@ -67,6 +76,81 @@ def split_options(options: dict[str, str]) -> tuple[dict[str, str], list[str], s
                 + ", ".join(sorted(EXTRA_PROVIDER_OPTIONS)),
             )
     return extra, disabled, capture
+
+
+class SimOptions(BaseModel):
+    """The simulator's ``--option`` keys, typed (read from ``key=value`` pairs by :func:`split_options`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: dict[str, str] = Field(default_factory=dict)  # extra QNN EP provider options (EXTRA_PROVIDER_OPTIONS)
+    disabled_optimizers: list[str] = Field(default_factory=list)  # ORT graph optimizers switched off
+    capture_dtype: str | None = None  # how marked float tensors leave the simulator
+
+
+class HtpSimTarget(Target):
+    """Qualcomm's HTP simulator: every tensor marked in one run, or many unmarked cuts in one process."""
+
+    name: ClassVar[str] = "htp-sim"
+    description: ClassVar[str] = "Qualcomm's HTP simulator from onnxruntime-qnn (x86_64 libQnnHtp.so)"
+    capabilities: ClassVar[Capabilities] = Capabilities(observer_effect=True, fusion_switches=True, one_session=True)
+    options_model: ClassVar[type[BaseModel]] = SimOptions
+
+    def options(self, options: dict[str, str]) -> SimOptions:
+        extra, disabled, capture = split_options(options)
+        return SimOptions(provider=extra, disabled_optimizers=disabled, capture_dtype=capture)
+
+    def dump(self, request: DumpRequest, progress: Progress) -> Run:
+        return run(request, progress)
+
+    def session_options(self, setup: ProbeSetup) -> dict[str, Any]:
+        from . import qnn_ep
+
+        opts = self.options(setup.options)
+        return {"options": qnn_ep.provider_options(setup.soc_model, setup.htp_arch, opts.provider),
+                "disabled_optimizers": opts.disabled_optimizers}
+
+    def run_session(self, job: dict[str, Any], *, log: Path, what: str, timeout: float, progress: Progress) -> Any:
+        from ..workers import run_worker
+
+        return run_worker(PROBE_WORKER, job, log_path=log, timeout=timeout, progress=progress, what=what)
+
+    def prober(self, setup: ProbeSetup) -> SimProber:
+        return SimProber(self, setup)
+
+    def fusion_option(self, fusions: list[str]) -> list[str]:
+        return ["--option", f"disabled_optimizers={','.join(fusions)}"]
+
+    def known_fusions(self) -> tuple[str, ...]:
+        return KNOWN_OPTIMIZERS
+
+
+class SimProber:
+    """One cut model per simulator worker (``run_session`` runs a whole search in one process instead)."""
+
+    def __init__(self, target: HtpSimTarget, setup: ProbeSetup):
+        self.target, self.setup, self.count = target, setup, 0
+
+    def probe(self, model: onnx.ModelProto, outputs: list[str], inputs: dict[str, np.ndarray], *,
+              reference: onnx.ModelProto | None = None, work: Path | None = None) -> ProbeValues:
+        import numpy as np
+
+        from ..inputs import save_npz
+        from .onnx_capture import serialize
+
+        where = work or self.setup.work / f"probe{self.count:04d}"
+        self.count += 1
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "model.onnx").write_bytes(serialize(model))
+        wanted = {v.name for v in model.graph.input}
+        save_npz(where / "inputs.npz", {k: v for k, v in inputs.items() if k in wanted})
+        answer = self.target.run_session({"job": "values", "model": str(where / "model.onnx"),
+                                          "inputs_npz": str(where / "inputs.npz"), "outputs": list(outputs),
+                                          "values": str(where / "values.npz"), **self.target.session_options(self.setup)},
+                                         log=where / "htp_probe_worker.log", what="HTP simulator probe",
+                                         timeout=self.setup.timeout, progress=self.setup.progress)
+        with np.load(answer["values"], allow_pickle=False) as z:
+            return ProbeValues(target={n: z[f"v{i}"] for i, n in enumerate(outputs)})
 
 
 def capture_dtype(precision: str, requested: str | None) -> str:
@@ -129,3 +213,6 @@ def _check_precision(precision: str, soc: int) -> None:
     if precision == "fp16" and soc in FP32_SOCS:
         raise BadInputError(f"soc_model {soc} gives fp32 numerics on the simulator, not fp16",
                             hint=f"use a real SoC id such as --soc {DEFAULT_SOC} ({soc_by_id(DEFAULT_SOC).label}) for fp16")
+
+
+TARGET = HtpSimTarget()

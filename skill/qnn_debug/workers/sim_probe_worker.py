@@ -7,6 +7,7 @@ Two jobs, both without marking anything (so no observer effect):
 - ``blocks``: the decoder blocks on reference inputs, side by side, one session per group of blocks (the
   groups keep the memory budget; the weights stay in the model's data file), then every op of the
   first bad block side by side (see :mod:`qnn_debug.localise.side_by_side`), each judged against the floor;
+- ``values``: one cut model run unmarked, its outputs saved (``HtpSimTarget.prober``: one probe, no judging);
 - ``chunked``: the unmarked model, then one session per chunk of tensors, each marking only that chunk
   (a run directory like a dump's; each chunk's outputs are checked against the unmarked run).
 
@@ -26,6 +27,8 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
         return _bisect(request, progress)
     if request["job"] == "chunked":
         return _chunked(request, progress)
+    if request["job"] == "values":
+        return _values(request)
     return _blocks(request, progress)
 
 
@@ -85,6 +88,21 @@ def _bisect(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
 
         first, probes = first_bad(len(points), probe)
     return {"first": first, "probes": [p.model_dump(mode="json") for p in probes]}
+
+
+def _values(request: dict[str, Any]) -> dict[str, Any]:
+    """Run one (already cut) model and save its ``outputs`` as ``v0, v1, ...`` in ``request["values"]``."""
+    import numpy as np
+    import onnx
+
+    model = onnx.load(request["model"])
+    feeds = dict(np.load(request["inputs_npz"], allow_pickle=False))
+    names = list(request["outputs"])
+    info = _session(model, request)
+    got = _run(info.session, names, feeds)
+    del info
+    np.savez(request["values"], **{f"v{i}": np.asarray(v) for i, v in enumerate(got)})  # type: ignore[arg-type]
+    return {"values": request["values"]}
 
 
 def _blocks(request: dict[str, Any], progress: Progress) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""Classes of evidence read in round 7: failures told in a few words, a chip or board named instead of the backend,
-the dynamic loader's own errors, a register dump, MNN finding no execution for an op, a model-library build step.
+"""Triage classifies failures told indirectly: in a few words, with a chip or board named instead of the backend,
+by the dynamic loader's own errors, a register dump, MNN finding no execution for an op, a model-library build step
+(the classes of evidence behind the misses of triage tuning round 7).
 
 Every line below was written for this test as a way people or tools say it; none is a corpus line. Each class must
 catch its variants and stay silent on the negated or unrelated near misses.

@@ -1,7 +1,8 @@
-"""Classes of evidence read in round 8: the stated code of an op refusal, memory named in a failing line, the C++
-allocator's "bad allocation", the DSP's own crash report, two Hexagon archs on one line, an LLM's garbage text, a
-library said missing before a crash, ops left on the CPU, a failed shape assertion, an error raised while building,
-results on the NPU that stay inconsistent, and a question that is no refusal.
+"""Triage classifies op refusals by their stated code, memory and crash lines and their near misses: memory named in
+a failing line, the C++ allocator's "bad allocation", the DSP's own crash report, two Hexagon archs on one line, an
+LLM's garbage text, a library said missing before a crash, ops left on the CPU, a failed shape assertion, an error
+raised while building, results on the NPU that stay inconsistent, and a question that is no refusal (the classes
+of evidence behind the misses of triage tuning round 8).
 
 Every line below was written for this test as a way people or tools say it; none is a corpus line. Each class must
 catch its variants and stay silent on the near misses.
