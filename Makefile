@@ -52,5 +52,11 @@ bench: setup
 	$(PY) bench/mcp_startup.py
 	$(PY) bench/triage_codes.py
 
+# LLM-size block localisation (builds 2-3 GB decoders once into bench/.cache; ~15 min): both widths, then the scale test.
+bench-scale: setup
+	$(PY) bench/llm_scale.py --width 0.6b
+	$(PY) bench/llm_scale.py --width 1.7b
+	$(PY) -m pytest -m scale tests/test_llm_scale.py -p no:cacheprovider
+
 clean:
 	rm -rf $(VENV) demo-runs qnn-debug-runs .pytest_cache .mypy_cache .ruff_cache

@@ -64,6 +64,12 @@ class MissingDependencyError(TargetError):
     kind = "missing_dependency"
 
 
+class MemoryBudgetError(BadInputError):
+    """The smallest unit of work (one decoder block) does not fit the memory budget; ``details`` has the numbers."""
+
+    kind = "memory_budget"
+
+
 NODEPS_REQUIREMENTS = Path(__file__).resolve().parent / "data" / "nodeps_requirements.txt"
 
 
@@ -123,5 +129,5 @@ def error_from_dict(doc: dict[str, Any]) -> QnnDebugError:
 ERROR_CLASSES: dict[str, type[QnnDebugError]] = {
     cls.__name__: cls
     for cls in (QnnDebugError, BadInputError, TargetError, UnsupportedOnTargetError, DeviceError,
-                MissingDependencyError)
+                MissingDependencyError, MemoryBudgetError)
 }

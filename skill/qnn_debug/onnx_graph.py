@@ -262,13 +262,44 @@ def fp16_floor(model: onnx.ModelProto) -> onnx.ModelProto:
     graph.node.extend(new_nodes)
     graph.initializer.extend(bound_names)
 
+    external = [init.name for init in graph.initializer
+                if init.data_type == TensorProto.FLOAT and init.data_location == TensorProto.EXTERNAL]
+    if external and opset >= 12:
+        _round_in_graph(graph, external)
     for init in graph.initializer:
         if init.data_type != TensorProto.FLOAT or init.name in ("qd_fp16_min", "qd_fp16_max"):
             continue
+        if init.data_location == TensorProto.EXTERNAL:
+            continue  # not loaded (a model opened without its weights): rounded in the graph above
         weights = numpy_helper.to_array(init)
         halved = np.where(np.abs(weights) <= FP16_MAX, weights.astype(np.float16).astype(np.float32), weights)
         init.CopyFrom(numpy_helper.from_array(halved.astype(np.float32), init.name))
     return m
+
+
+def _round_in_graph(graph: onnx.GraphProto, names: list[str]) -> None:
+    """Round weights that stay in their data file as the floor rounds loaded ones (to fp16 where |w| <= 65504),
+    with ops ONNX Runtime folds when it loads them: no copy of the weights is ever made in Python."""
+    limit = f"qd_fp16_limit{FLOOR_SUFFIX}"
+    graph.initializer.append(numpy_helper.from_array(np.array(FP16_MAX, np.float32), limit))
+    renamed = {n: f"{n}{FLOOR_SUFFIX}_w" for n in names}
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name in renamed:
+                node.input[i] = renamed[name]
+    rounding: list[onnx.NodeProto] = []
+    for k, (name, new) in enumerate(renamed.items()):
+        tag = f"qd_floor_w{k}"
+        rounding += [
+            helper.make_node("Abs", [name], [f"{new}_abs"], name=f"{tag}_abs"),
+            helper.make_node("LessOrEqual", [f"{new}_abs", limit], [f"{new}_fits"], name=f"{tag}_fits"),
+            helper.make_node("Cast", [name], [f"{new}_half"], name=f"{tag}_to_fp16", to=TensorProto.FLOAT16),
+            helper.make_node("Cast", [f"{new}_half"], [f"{new}_round"], name=f"{tag}_to_fp32", to=TensorProto.FLOAT),
+            helper.make_node("Where", [f"{new}_fits", f"{new}_round", name], [new], name=f"{tag}_where"),
+        ]
+    nodes = [*rounding, *graph.node]
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
 def is_floor_helper(name: str) -> bool:

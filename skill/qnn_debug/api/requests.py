@@ -277,6 +277,10 @@ class LocaliseBlocksRequest(TargetRun):
         ge=1, le=64, description="Decoder layers cut out together")] = 1
     inner: Annotated[Literal["diagnose", "bisect", "none"], Cli(flag="--inner"), Field(
         description="Inside the first failing block: diagnose (dump + compare), bisect, or none")] = "diagnose"
+    max_memory: Annotated[str | None, Cli(flag="--max-memory"), Field(
+        max_length=32, pattern=r"^\s*\d+(\.\d+)?\s*[kKmMgGtT]?(i?[bB])?\s*$",
+        description="Peak memory per process on htp-sim, e.g. 6G: blocks share a simulator session only within it "
+                    "(default: a third of the free memory, at most 8G)")] = None
 
     def default_out(self) -> tuple[str, str] | None:
         return _stem(self.model), "blocks" if self.target == DEFAULT_TARGET else f"blocks-{self.target}"

@@ -139,11 +139,14 @@ def localise_blocks(request: rq.LocaliseBlocksRequest, progress: Progress) -> Bl
         raise BadInputError(f"--serial applies to --target {' or '.join(adb_targets)} only",
                             hint=f"drop --serial or add --target {' or '.join(adb_targets)}")
     options = _target_options(request)
+    from ..localise.budget import parse_size
+
     return engine.run_blocks(engine.BlockRequest(
         model=Path(request.model), out=out_dir(request, request.out), reference_model=request.reference_model,
         target=request.target, inputs=request.inputs, shapes=request.shapes or {}, seed=request.seed,
         layers_per_block=request.layers_per_block, inner=request.inner, soc_model=request.soc, htp_arch=request.arch,
-        options=options, force=request.force, timeout=request.timeout), progress)
+        options=options, force=request.force, timeout=request.timeout,
+        max_memory=parse_size(request.max_memory) if request.max_memory else None), progress)
 
 
 def llm_check(request: rq.LlmCheckRequest, progress: Progress) -> LlmCheckResult:

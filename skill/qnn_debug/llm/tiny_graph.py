@@ -17,7 +17,8 @@ op that the export rewrites into MNN's KV-cache ``Attention``). ``fused_rope_lay
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import onnx
@@ -45,6 +46,29 @@ class TinyQwen3Config(BaseModel):
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
+
+
+class DecoderSizes(Protocol):
+    """What :func:`build_graph` reads of a config: the tiny one, or real sizes (``qnn_debug.llm.sized``)."""
+
+    @property
+    def layers(self) -> int: ...
+    @property
+    def hidden(self) -> int: ...
+    @property
+    def heads(self) -> int: ...
+    @property
+    def kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def vocab(self) -> int: ...
+    @property
+    def max_position(self) -> int: ...
+    @property
+    def rope_theta(self) -> float: ...
+    @property
+    def rms_eps(self) -> float: ...
 
 
 class GraphFaults(BaseModel):
@@ -90,7 +114,7 @@ def make_weights(cfg: TinyQwen3Config) -> dict[str, np.ndarray]:
     return w
 
 
-def rope_tables(cfg: TinyQwen3Config) -> tuple[np.ndarray, np.ndarray]:
+def rope_tables(cfg: DecoderSizes) -> tuple[np.ndarray, np.ndarray]:
     """cos/sin ``[max_position, head_dim]`` (half-dim frequencies repeated twice, Llama layout)."""
     hd = cfg.head_dim
     inv = 1.0 / (cfg.rope_theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd))
@@ -102,13 +126,14 @@ def rope_tables(cfg: TinyQwen3Config) -> tuple[np.ndarray, np.ndarray]:
 class _Builder:
     """Adds nodes with torch-style names (``/layers.0/self_attn/q_proj/MatMul``) and output names."""
 
-    def __init__(self) -> None:
+    def __init__(self, init_hook: Callable[[str, np.ndarray], onnx.TensorProto] | None = None) -> None:
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self._used: dict[str, int] = {}
+        self._hook = init_hook
 
     def init(self, name: str, arr: np.ndarray) -> str:
-        self.inits.append(numpy_helper.from_array(arr, name))
+        self.inits.append(self._hook(name, arr) if self._hook is not None else numpy_helper.from_array(arr, name))
         return name
 
     def const_i64(self, name: str, values: list[int]) -> str:
@@ -159,7 +184,7 @@ def _rotary(b: _Builder, scope: str, x: str, cos: str, sin: str, hd: int, wrong:
     return b.one(scope, "Add", [xc, xs])
 
 
-def _repeat_kv(b: _Builder, scope: str, x: str, cfg: TinyQwen3Config, final: list[int]) -> str:
+def _repeat_kv(b: _Builder, scope: str, x: str, cfg: DecoderSizes, final: list[int]) -> str:
     """GQA head repeat as torch exports ``repeat_kv``: Unsqueeze, Expand, Reshape."""
     rep = cfg.heads // cfg.kv_heads
     if rep == 1:
@@ -169,7 +194,7 @@ def _repeat_kv(b: _Builder, scope: str, x: str, cfg: TinyQwen3Config, final: lis
     return b.one(scope, "Reshape", [e, b.const_i64(f"{scope}/rep_shape", final)])
 
 
-def _attention(b: _Builder, scope: str, q: str, k: str, v: str, mask: str, cfg: TinyQwen3Config,
+def _attention(b: _Builder, scope: str, q: str, k: str, v: str, mask: str, cfg: DecoderSizes,
                attention: str, layer: int) -> str:
     hd = cfg.head_dim
     if attention == "fused":
@@ -188,14 +213,18 @@ def _attention(b: _Builder, scope: str, q: str, k: str, v: str, mask: str, cfg: 
     return b.one(scope, "Reshape", [back, b.const_i64(f"{scope}/out_shape", [1, -1, cfg.heads * hd])])
 
 
-def build_graph(cfg: TinyQwen3Config, weights: dict[str, np.ndarray], *, attention: Literal["onnx", "fused"] = "onnx",
-                seq_len: int | None = None, faults: GraphFaults | None = None) -> onnx.ModelProto:
-    """The decoder as an ONNX model; ``seq_len`` None keeps llmexport's dynamic ``seq_len`` axes."""
+def build_graph(cfg: DecoderSizes, weights: Mapping[str, np.ndarray], *, attention: Literal["onnx", "fused"] = "onnx",
+                seq_len: int | None = None, faults: GraphFaults | None = None,
+                init_hook: Callable[[str, np.ndarray], onnx.TensorProto] | None = None) -> onnx.ModelProto:
+    """The decoder as an ONNX model; ``seq_len`` None keeps llmexport's dynamic ``seq_len`` axes.
+
+    ``weights`` may make each tensor on demand and ``init_hook`` (name, array → initializer) may write its
+    bytes elsewhere (external data): then no more than one weight is in memory at a time."""
     faults = faults or GraphFaults()
     hd, h = cfg.head_dim, cfg.hidden
-    if cfg.heads % cfg.kv_heads or h % cfg.heads:
+    if cfg.heads % cfg.kv_heads or (isinstance(cfg, TinyQwen3Config) and h % cfg.heads):
         raise ValueError("heads must divide hidden and kv_heads must divide heads")
-    b = _Builder()
+    b = _Builder(init_hook)
     b.init("const_two", np.asarray(2.0, np.float32))
     b.init("const_one", np.asarray(1.0, np.float32))
     eps = b.init("const_eps", np.asarray(cfg.rms_eps, np.float32))
@@ -280,7 +309,7 @@ def build_graph(cfg: TinyQwen3Config, weights: dict[str, np.ndarray], *, attenti
         opsets.append(helper.make_opsetid(CUSTOM_DOMAIN, 1))
     model = helper.make_model(graph, opset_imports=opsets, producer_name="qnn-debug")
     model.ir_version = 9
-    if attention == "onnx" and not faults.fused_rope_layers:
+    if attention == "onnx" and not faults.fused_rope_layers and init_hook is None:
         onnx.checker.check_model(model)
     return model
 

@@ -46,6 +46,9 @@ class BlockRequest(BaseModel):
     target: str = DEFAULT_TARGET
     force: bool = False
     timeout: float = 1800.0
+    # Peak bytes per process a one-session target (the simulator) keeps: blocks are grouped into sessions within
+    # it; one block that cannot fit is a MemoryBudgetError. None: sized from the machine's free memory.
+    max_memory: int | None = None
 
 
 @dataclass

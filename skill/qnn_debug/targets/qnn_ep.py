@@ -89,7 +89,7 @@ def take_log() -> list[str]:
 
 
 def create_session(model: bytes | str, options: dict[str, str], *, disabled_optimizers: list[str] | None = None,
-                   verbose: bool = True) -> QnnSessionInfo:
+                   verbose: bool = True, external_data_dir: str | None = None) -> QnnSessionInfo:
     """Create an HTP session that refuses CPU fallback, recording assignment and the QNN log.
 
     Raises :class:`UnsupportedOnTargetError` listing the nodes QNN rejected (with QNN's reasons when
@@ -107,6 +107,8 @@ def create_session(model: bytes | str, options: dict[str, str], *, disabled_opti
     so.log_severity_level = 0 if verbose else 2
     so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    if external_data_dir:  # a model given as bytes whose initializers point into files in this folder
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_data_dir)
     so.add_provider_for_devices(devices, options)
     try:
         kwargs: dict[str, Any] = {"sess_options": so}

@@ -4,7 +4,8 @@ Two jobs, both without marking anything (so no observer effect):
 - ``bisect``: the whole search runs here (each probe needs the previous probe's answer, and a fresh
   process per probe would cost more than the probe): truncate the model at a cut, run it, judge the
   frontier against the baseline's reference and floor, narrow, repeat;
-- ``blocks``: every decoder block side by side in one session on reference inputs, then every op of the
+- ``blocks``: the decoder blocks on reference inputs, side by side, one session per group of blocks (the
+  groups keep the memory budget; the weights stay in the model's data file), then every op of the
   first bad block side by side (see :mod:`qnn_debug.localise.side_by_side`), each judged against the floor;
 - ``values``: one cut model run unmarked, its outputs saved (``HtpSimTarget.prober``: one probe, no judging);
 - ``chunked``: the unmarked model, then one session per chunk of tensors, each marking only that chunk
@@ -31,12 +32,13 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     return _blocks(request, progress)
 
 
-def _session(model: Any, request: dict[str, Any]) -> Any:
+def _session(model: Any, request: dict[str, Any], external_dir: str | None = None) -> Any:
     from ..targets import qnn_ep
     from ..targets.onnx_capture import serialize
 
     return qnn_ep.create_session(serialize(model), request["options"],
-                                 disabled_optimizers=list(request.get("disabled_optimizers") or []), verbose=False)
+                                 disabled_optimizers=list(request.get("disabled_optimizers") or []), verbose=False,
+                                 external_data_dir=external_dir)
 
 
 def _run(session: Any, names: list[str], feeds: dict[str, Any]) -> list[Any]:
@@ -104,19 +106,26 @@ def _values(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def _blocks(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
-    """Stage 1: every block side by side; stage 2: every op of the first bad block side by side."""
+    """Stage 1: every block on the reference hidden state, one session per group of blocks (the groups keep the
+    memory budget); stage 2: every op of the first bad block side by side."""
     from ..compare.thresholds import Thresholds
+    from ..localise.streamed import eta
 
     th = Thresholds.model_validate(request.get("thresholds") or {})
-    answer: dict[str, Any] = {}
+    answer: dict[str, Any] = {"blocks": []}
+    stages = request["block_stages"] if "block_stages" in request else [request["blocks"]]
     t0 = time.monotonic()
-    with progress.stage("htp-sim: blocks", total=None, message="htp-sim: every block on the reference hidden state"):
-        answer["blocks"] = _judge_pieces(request["blocks"], request, th)
+    with progress.stage("htp-sim: blocks", total=len(stages),
+                        message="htp-sim: every block on the reference hidden state") as advance:
+        for i, stage in enumerate(stages):
+            answer["blocks"].extend(_judge_pieces(stage, request, th))
+            last = stage["pieces"][-1]["op"].split("/")[1] if "/" in stage["pieces"][-1]["op"] else f"group {i + 1}"
+            advance(message=eta(f"htp-sim: {last.replace('layers.', 'layer ')} done", i + 1, len(stages), t0))
     answer["blocks_s"] = round(time.monotonic() - t0, 3)
     bad = next((i for i, piece in enumerate(answer["blocks"]) if any(t["status"] == "bad" for t in piece)), None)
     answer["first_bad_block"] = bad
     if bad is not None and request.get("ops_job"):
-        from ..localise.blocks import ops_stage
+        from ..localise.streamed import ops_stage
 
         with progress.stage("htp-sim: ops", total=None, message="htp-sim: every op of the bad block on reference inputs"):
             t0 = time.monotonic()
@@ -137,12 +146,12 @@ def _judge_pieces(stage: dict[str, Any], request: dict[str, Any], th: Any) -> li
 
     from ..localise.probe import judge
 
-    model = onnx.load(stage["model"])
+    model = onnx.load(stage["model"], load_external_data=False)  # weights stay in the original file
     feeds = dict(np.load(stage["feeds"], allow_pickle=False))
     ref = np.load(stage["reference"], allow_pickle=False)
     floor = np.load(stage["floor"], allow_pickle=False)
     names = [o.name for o in model.graph.output]
-    info = _session(model, request)
+    info = _session(model, request, stage.get("external_dir"))
     got = dict(zip(names, _run(info.session, names, feeds), strict=True))
     del info
     keys = stage["keys"]

@@ -1,0 +1,333 @@
+"""Block localisation on the HTP simulator, one block (or one group within the memory budget) at a time.
+
+What it keeps in memory, and why that is enough: both models are opened without their weights
+(:mod:`qnn_debug.localise.external`); the CPU reference runs segment by segment — the ops before the first
+layer (rotary tables, input transpose), each block, the head — fed the values the earlier segments left at
+their boundaries, so only boundary tensors (the 0.5 MB hidden state, cos/sin, the mask) outlive their
+segment; each group of blocks (sized by :mod:`.budget`) becomes one side-by-side stage whose model points
+into the original data file (no copy of the weights) and whose fp16 floor runs a few blocks' weights at a
+time, rounded inside ONNX Runtime (:func:`qnn_debug.onnx_graph.fp16_floor`); the simulator worker runs the
+stages one session at a time. The bad block's inner tensors are recomputed from
+its boundary values when it is searched op by op.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..compare.thresholds import Thresholds
+from ..errors import BadInputError
+from ..progress import Progress
+from .bisect import RangeFinding, first_out_of_range
+from .budget import block_cost, check_main, default_budget, plan_groups
+from .cut import Block, block, block_model, decoder_layers
+from .external import LazyModel, materialise, open_lazy, run_cpu, weight_bytes
+from .side_by_side import Feeders, side_by_side
+
+
+@dataclass
+class StreamedCut:
+    """Both models' blocks and the reference values at every segment boundary (nothing inside a block)."""
+
+    target: LazyModel
+    reference: LazyModel
+    ref_blocks: list[Block]
+    tgt_blocks: list[Block]
+    judged: list[str]
+    values: dict[str, Any]
+    types: dict[str, int]
+    shapes: dict[str, tuple[list[int], int]]
+    outs_per_block: list[list[str]]
+    fp16_range: RangeFinding | None
+    op_types: dict[str, str]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _elem(value: Any, known: int | None) -> int:
+    from onnx import helper
+
+    return known or int(helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype))
+
+
+def _segments(model: onnx.ModelProto, blocks: list[Block]) -> tuple[Block | None, Block | None]:
+    """The ops outside every block: those before the layers (nothing a block makes reaches them) and the rest."""
+    from ..onnx_graph import initializer_names, nodes_in_order
+
+    nodes = nodes_in_order(model)
+    members = {p for b in blocks for p in b.positions}
+    made_by_blocks = {o for p in members for o in nodes[p].outputs}
+    tainted = set(made_by_blocks)
+    before, after = [], []
+    for n in nodes:
+        if n.position in members:
+            continue
+        if any(i in tainted for i in n.inputs):
+            after.append(n.position)
+            tainted.update(n.outputs)
+        else:
+            before.append(n.position)
+    block_reads = {i for b in blocks for i in b.inputs}
+    late = {o for p in after for o in nodes[p].outputs} & block_reads
+    if late:
+        raise BadInputError(f"a decoder block reads {sorted(late)[0]!r}, made outside the layers after an earlier layer",
+                            hint="the layers are not a chain of blocks; use `qnn-debug bisect` on this model")
+    inits = initializer_names(model)
+    const_out = {o for n in nodes if n.op_type == "Constant" for o in n.outputs}
+    graph_outputs = {o.name for o in model.graph.output}
+
+    def seg(positions: list[int], later_reads: set[str]) -> Block | None:
+        if not positions:
+            return None
+        made = {o for p in positions for o in nodes[p].outputs}
+        reads = list(dict.fromkeys(i for p in positions for i in nodes[p].inputs
+                                   if i and i not in made and i not in inits and i not in const_out))
+        outs = [o for p in positions for o in nodes[p].outputs if o in later_reads or o in graph_outputs]
+        return Block(-1, -1, positions, reads, outs) if outs else None
+
+    after_reads = {i for p in after for i in nodes[p].inputs}
+    return seg(before, block_reads | after_reads), seg(after, set())
+
+
+def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
+    """Open both models without weights, cut them into blocks, and run the reference segment by segment."""
+    from ..inputs import prepare_inputs
+    from ..onnx_graph import graph_inputs, tensor_elem_types
+    from ..targets.onnx_capture import capture_plan
+
+    t0 = time.monotonic()
+    target = open_lazy(request.model)
+    reference = open_lazy(request.reference_model or request.model) if request.reference_model else target
+    layers = sorted(decoder_layers(reference.model))
+    if not layers:
+        raise BadInputError("the model's node names carry no decoder layer index (/layers.N/ or /blocks.N/)",
+                            hint="block localisation needs an LLM export; use `qnn-debug bisect` for other models")
+    feeds = prepare_inputs(graph_inputs(reference.model), inputs=request.inputs, shapes=request.shapes or None,
+                           seed=request.seed).arrays
+    spans = [(layers[i], layers[min(i + request.layers_per_block, len(layers)) - 1])
+             for i in range(0, len(layers), request.layers_per_block)]
+    ref_blocks = [block(reference.model, a, b) for a, b in spans]
+    tgt_blocks = [block(target.model, a, b) for a, b in spans] if target is not reference else ref_blocks
+    plan = [p for p in capture_plan(reference.model) if p.kind != "input"]
+    types = tensor_elem_types(reference.model)
+    prologue, epilogue = _segments(reference.model, ref_blocks)
+    segs = [s for s in [prologue, *ref_blocks, epilogue] if s is not None]
+    check_main([_weights_of(reference.model, s.positions) for s in segs], [_seg_name(s) for s in segs],
+               request.max_memory or default_budget())
+    timings = {"open_s": round(time.monotonic() - t0, 3)}
+
+    t0 = time.monotonic()
+    values: dict[str, Any] = dict(feeds)
+    shapes = {n: (list(np.asarray(v).shape), _elem(v, types.get(n))) for n, v in feeds.items()}
+    rng: RangeFinding | None = None
+    by_pos = {p.position: p for p in plan}
+    started = time.monotonic()
+    with progress.stage("reference: blocks", total=len(segs), message="CPU reference, one block at a time") as advance:
+        for k, seg in enumerate(segs):
+            sub = block_model(reference.model, seg, shapes)
+            inside = [by_pos[p] for p in seg.positions if p in by_pos]
+            names = list(dict.fromkeys([p.name for p in inside] + list(seg.outputs)))
+            got = run_cpu(sub, reference.base, values, names)
+            if rng is None:
+                rng = first_out_of_range((p.name, p.op, p.op_type, p.position, got[p.name]) for p in inside
+                                         if p.name in got and np.asarray(got[p.name]).dtype.kind == "f")
+            for name in seg.outputs:
+                values[name] = got[name]
+                shapes[name] = (list(np.asarray(got[name]).shape), _elem(got[name], types.get(name)))
+            del got, sub
+            advance(message=eta(f"reference {_seg_name(seg)}", k + 1, len(segs), started))
+    timings["reference_s"] = round(time.monotonic() - t0, 3)
+    target_made = {o for n in target.model.graph.node for o in n.output}
+    outs_per_block = [[o for o in rb.outputs if o in target_made] for rb in ref_blocks]
+    op_types = {o: n.op_type for n in reference.model.graph.node for o in n.output}
+    return StreamedCut(target, reference, ref_blocks, tgt_blocks, [p.name for p in plan], values, types, shapes,
+                       outs_per_block, rng, op_types, timings)
+
+
+def _seg_name(seg: Block) -> str:
+    return "the ops outside the layers" if seg.first < 0 else seg.name
+
+
+def _weights_of(model: onnx.ModelProto, positions: list[int]) -> int:
+    """Weight bytes the ops at ``positions`` read (inside the protobuf or in external data)."""
+    sizes = {t.name: weight_bytes(_only(t)) for t in model.graph.initializer}
+    nodes = model.graph.node
+    return sum(sizes.get(n, 0) for n in {i for p in positions for i in nodes[p].input})
+
+
+def eta(what: str, done: int, total: int, started: float) -> str:
+    """``what`` (done/total), elapsed and estimated remaining time: the progress line at LLM size."""
+    spent = time.monotonic() - started
+    left = spent / done * (total - done) if done else 0.0
+    return f"{what} ({done}/{total}), {spent:.0f} s elapsed, ~{left:.0f} s left"
+
+
+def stage(work: Path, tag: str, target: LazyModel, reference: LazyModel, pieces: list[list[int]],
+          ref_pieces: list[list[int]], outs: list[list[str]], shapes: dict[str, tuple[list[int], int]],
+          values: dict[str, Any], op_types: dict[str, str], types: dict[str, int]) -> dict[str, Any]:
+    """One side-by-side stage: the target's pieces (weights left in the original file), their feeds, and the
+    reference and fp16-floor values by new name (the floor run ``FLOOR_BATCH`` bytes of weights at a time)."""
+    from ..inputs import save_npz
+    from ..onnx_graph import fp16_floor
+
+    model, maps = side_by_side(target.model, pieces, outs, shapes, tag="p", types=types)
+    feeds = {i.name: np.asarray(values[i.name]) for i in model.graph.input}
+    reference_by_new, floor_by_new = {}, {}
+    for batch in _batches(reference.model, ref_pieces):
+        # the floor a few pieces at a time: each piece reads only reference values, so this equals the floor of the
+        # whole stage, and no more than FLOOR_BATCH bytes of weights are loaded (by ONNX Runtime) at once
+        ref_model, rmaps = side_by_side(reference.model, [ref_pieces[k] for k in batch], [outs[k] for k in batch],
+                                        shapes, tag="p", types=types)
+        ref_feeds = {i.name: np.asarray(values[i.name]) for i in ref_model.graph.input}
+        floor_model = fp16_floor(ref_model)  # its weights stay in the data file and are rounded in the graph
+        del ref_model
+        floor = run_cpu(floor_model, reference.base, ref_feeds, [o.name for o in floor_model.graph.output])
+        del floor_model
+        for k, rmp in zip(batch, rmaps, strict=True):
+            for orig, new in maps[k].items():
+                reference_by_new[new] = np.asarray(values[orig])
+                if orig in rmp and rmp[orig] in floor:
+                    floor_by_new[new] = floor[rmp[orig]]
+        del floor
+    onnx.save(model, str(work / f"{tag}.onnx"))
+    save_npz(work / f"{tag}_feeds.npz", feeds)
+    keys = {new: f"k{i}" for i, new in enumerate(reference_by_new)}  # tensor names are not safe zip member names
+    np.savez(work / f"{tag}_reference.npz", **{keys[n]: v for n, v in reference_by_new.items()})  # type: ignore[arg-type]
+    np.savez(work / f"{tag}_floor.npz", **{keys[n]: v for n, v in floor_by_new.items()})  # type: ignore[arg-type]
+    nodes = target.model.graph.node
+    return {"model": str(work / f"{tag}.onnx"), "external_dir": str(target.base),
+            "weight_bytes": weight_bytes(model), "feeds": str(work / f"{tag}_feeds.npz"),
+            "reference": str(work / f"{tag}_reference.npz"), "floor": str(work / f"{tag}_floor.npz"), "keys": keys,
+            "pieces": [{"outputs": mp, "op_types": {o: op_types.get(o) for o in mp},
+                        "op": nodes[piece[-1]].name, "op_type": nodes[piece[-1]].op_type, "position": piece[-1]}
+                       for mp, piece in zip(maps, pieces, strict=True)]}
+
+
+FLOOR_BATCH = 128 << 20
+
+
+def _batches(model: onnx.ModelProto, pieces: list[list[int]]) -> list[list[int]]:
+    """Consecutive pieces whose weights together stay under ``FLOOR_BATCH`` (a heavier piece stands alone)."""
+    batches: list[list[int]] = [[]]
+    used = 0
+    for k, piece in enumerate(pieces):
+        cost = _weights_of(model, piece)
+        if batches[-1] and used + cost > FLOOR_BATCH:
+            batches.append([])
+            used = 0
+        batches[-1].append(k)
+        used += cost
+    return batches
+
+
+def block_stages(cut: StreamedCut, work: Path, budget: int | None, progress: Progress) -> list[dict[str, Any]]:
+    """The blocks grouped within the memory budget, one stage (one simulator session) per group."""
+    hidden = max((np.asarray(cut.values[b.inputs[0]]).nbytes for b in cut.ref_blocks if b.inputs), default=0)
+    costs = [block_cost(_weights_of(cut.target.model, b.positions), hidden) for b in cut.tgt_blocks]
+    groups = plan_groups(costs, budget or default_budget(), [b.name for b in cut.tgt_blocks])
+    all_types = cut.types
+    stages = []
+    started = time.monotonic()
+    with progress.stage("blocks: stages", total=len(groups), message="cutting blocks and their fp16 floors") as advance:
+        for g, members in enumerate(groups):
+            stages.append(stage(work, f"blocks{g:03d}", cut.target, cut.reference,
+                                [cut.tgt_blocks[k].positions for k in members],
+                                [cut.ref_blocks[k].positions for k in members],
+                                [cut.outs_per_block[k] for k in members], cut.shapes, cut.values, cut.op_types,
+                                all_types))
+            advance(message=eta(f"cut {cut.tgt_blocks[members[-1]].name}", g + 1, len(groups), started))
+    return stages
+
+
+def _only(t: onnx.TensorProto) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.graph.initializer.append(t)
+    return m
+
+
+def save_values(cut: StreamedCut, work: Path) -> dict[str, Any]:
+    """The boundary values on disk, and what the worker needs to rebuild one block's op-by-op stage."""
+    keys = {n: f"v{i}" for i, n in enumerate(cut.values)}
+    np.savez(work / "reference_values.npz", **{keys[n]: np.asarray(v) for n, v in cut.values.items()})  # type: ignore[arg-type]
+    return {"streamed": True, "work": str(work), "target": str(cut.target.path), "reference": str(cut.reference.path),
+            "values": str(work / "reference_values.npz"), "keys": keys, "types": cut.types, "judged": cut.judged,
+            "blocks": [tb.positions for tb in cut.tgt_blocks],
+            "spans": [[rb.first, rb.last] for rb in cut.ref_blocks]}
+
+
+def ops_stage(job: dict[str, Any], k: int) -> dict[str, Any] | None:
+    """Every op of block ``k`` side by side, fed the reference values inside the block (recomputed here from
+    its boundary values on ORT CPU: only this block's tensors are ever held)."""
+    target = open_lazy(job["target"])
+    reference = open_lazy(job["reference"])
+    stored = np.load(job["values"], allow_pickle=False)
+    values: dict[str, Any] = {n: stored[key] for n, key in job["keys"].items()}
+    types = {n: int(t) for n, t in job["types"].items()}
+    shapes = {n: (list(v.shape), _elem(v, types.get(n))) for n, v in values.items()}
+    first, last = job["spans"][k]
+    rb = block(reference.model, first, last)
+    judged = set(job["judged"])
+    from ..onnx_graph import nodes_in_order
+
+    nodes = nodes_in_order(reference.model)
+    inner = [o for p in rb.positions for o in nodes[p].outputs if o in judged]
+    values.update(run_cpu(block_model(reference.model, rb, shapes), reference.base, values, inner))
+    shapes.update({n: (list(np.asarray(v).shape), _elem(v, types.get(n))) for n, v in values.items()})
+    known = set(values)
+    op_types = {o: n.op_type for n in reference.model.graph.node for o in n.output}
+    t_feeders, r_feeders = Feeders(target.model, known), Feeders(reference.model, known)
+    ref_pos = {o: i for i, n in enumerate(reference.model.graph.node) for o in n.output}
+    pieces, ref_pieces, piece_outs = [], [], []
+    for pos in job["blocks"][k]:
+        outs = [o for o in target.model.graph.node[pos].output if o in judged and o in ref_pos]
+        if outs:
+            pieces.append(t_feeders.piece(pos))
+            ref_pieces.append(r_feeders.piece(ref_pos[outs[0]]))
+            piece_outs.append(outs)
+    if not pieces:
+        return None
+    return stage(Path(job["work"]), f"ops{k:03d}", target, reference, pieces, ref_pieces, piece_outs, shapes, values,
+                 op_types, types)
+
+
+def save_block(cut: StreamedCut, work: Path, stem: str, k: int) -> None:
+    """The failing block as standalone graphs with its weights (one block's worth), and its reference inputs."""
+    from ..inputs import save_npz
+
+    tb, rb, outs = cut.tgt_blocks[k], cut.ref_blocks[k], cut.outs_per_block[k]
+    for lazy, b, suffix in ((cut.target, tb, ""), (cut.reference, rb, "_reference")):
+        model = materialise(block_model(lazy.model, Block(b.first, b.last, b.positions, b.inputs, outs), cut.shapes),
+                            lazy.base)
+        onnx.save(model, str(work / f"{stem}{suffix}.onnx"))
+        del model
+    save_npz(work / f"{stem}_inputs.npz", {n: np.asarray(cut.values[n]) for n in tb.inputs})
+    save_npz(work / f"{stem}_reference_inputs.npz", {n: np.asarray(cut.values[n]) for n in rb.inputs})
+
+
+def simulate(request: Any, work: Path, progress: Progress, th: Thresholds,
+             tgt: Any) -> tuple[StreamedCut, dict[str, Any], dict[str, float]]:
+    """Reference, stages and the target's block session(s); returns the cut, the worker's answer and the timings."""
+    from ..targets.base import ProbeSetup
+
+    cut = cut_streamed(request, progress)
+    timings = dict(cut.timings)
+    t0 = time.monotonic()
+    stages = block_stages(cut, work, request.max_memory, progress)
+    ops_job = save_values(cut, work)
+    timings["prepare_s"] = round(time.monotonic() - t0, 3)
+    timings["block_groups"] = float(len(stages))
+    session = tgt.session_options(ProbeSetup(work=work, soc_model=request.soc_model, htp_arch=request.htp_arch,
+                                             options=request.options, timeout=request.timeout, progress=progress))
+    t0 = time.monotonic()
+    response = tgt.run_session({"job": "blocks", "block_stages": stages, "ops_job": ops_job, **session,
+                                "thresholds": th.model_dump(mode="json")},
+                               log=work / "htp_blocks_worker.log", timeout=request.timeout, progress=progress,
+                               what="HTP simulator block runs")
+    timings["htp_sim_s"] = round(time.monotonic() - t0, 3)
+    timings.update({f"htp_sim_{k}": v for k, v in response.items() if k.endswith("_s")})
+    return cut, response, timings
