@@ -181,7 +181,7 @@ def mnn_cause(log: str) -> tuple[str | None, str | None]:
         causes.append(f"QNN refused the context binary ('Failed to validate binary: {codes}') and MNN went on with it")
         hints.append("the QNN libraries that run the model must accept the binary: use the QNN version and soc/arch the "
                      "binary was made for (an HTP simulator may not implement binary validation at all)")
-    refused = refusal_message(facts, "MNN")
+    refused = refusal_message(facts, "ModuleBasic")
     if refused:
         causes.append(refused)
         hints.append(refusal_hint(facts))
