@@ -261,6 +261,28 @@ def environ() -> dict[str, str]:
             continue
 
 
+def unbuffered(argv: Sequence[str]) -> tuple[list[str], str | None]:
+    """``argv`` under ``stdbuf -o0 -e0`` when the machine has it, so a C++ tool that crashes leaves its last lines
+    (its stdout is block-buffered into our pipe and lost with the process otherwise); else ``argv`` and a note."""
+    import shutil
+
+    stdbuf = shutil.which("stdbuf")
+    if stdbuf is None:
+        return list(argv), "stdbuf not found: the tool's output is block-buffered, a crash may lose its last lines"
+    return [stdbuf, "-o0", "-e0", *argv], None
+
+
+def qnn_sdk_env(sdk: str | os.PathLike[str] | None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``QNN_SDK_ROOT`` and the SDK's x86_64 libraries for an MNN tool: MNN2QNNModel's generated Makefile finds the
+    SDK headers only through ``QNN_SDK_ROOT``. Returns only the variables to set (empty without an SDK)."""
+    if sdk is None:
+        return {}
+    root = os.path.abspath(os.fspath(sdk))
+    lib = os.path.join(root, "lib", "x86_64-linux-clang")
+    old = (environ() if base is None else dict(base)).get("LD_LIBRARY_PATH")
+    return {"QNN_SDK_ROOT": root, "LD_LIBRARY_PATH": os.pathsep.join([lib, *([old] if old else [])])}
+
+
 def _child_env(env: Mapping[str, str] | None) -> dict[str, str]:
     out = environ() if env is None else dict(env)
     out.setdefault("PYTHONUNBUFFERED", "1")

@@ -18,7 +18,7 @@ from ..next_step import command_line
 from . import sources as S
 from .check_models import STEPS, ExportSettings, Finding, LlmCheckRequest, LlmCheckResult, SegmentSummary
 from .export_reader import ExportFolder, QnnOutputs, read_export, read_qnn_outputs
-from .mnn_extras import MnnExtras, TensorEncoding, read_mnn_extras
+from .mnn_extras import MnnExtras, OpExtras, TensorEncoding, read_mnn_extras
 from .segments import NOT_EXECUTED, Partition, dead_ops, integer_tensors, partition
 
 C4_FUSED = {305: "LinearAttention", 306: "RoPE", 307: "FusedLinear", 308: "GatedRMSNorm"}
@@ -111,6 +111,47 @@ def _unregistered(model: MnnModel, extras: MnnExtras, part: Partition, folder: E
                    "and 'Tensor usage is 0.' just before the crash",
         sources=[r.cite() for r in (S.REGISTER_QNN_OPS, S.NOT_REGISTERED, S.NO_COPY_IN_CONVERT, S.MAP_MISS_BAKES, S.BREAK_OPS,
                                     S.NPU_SUPPORT, S.C4_OFF_FOR_NPU)])]
+
+
+def slice_refused(op_inputs: int, extra: OpExtras | None) -> str | None:
+    """Why MNN's QNN StridedSlice creator declines this op (QNNStridedSlice.cpp:219-234), or None when it accepts it."""
+    if extra is None or extra.slice_from is None:
+        return None
+    if extra.slice_from == 1 and op_inputs != 5:
+        return f"an ONNX slice (fromType 1) with {op_inputs} inputs: MNN's QNN StridedSlice takes it only with 5 (steps given)"
+    if extra.slice_from == 0 and (op_inputs != 4 or extra.slice_masks):
+        return (f"a TF strided slice (fromType 0) with {op_inputs} inputs" + (" and a new-axis/ellipsis mask" if extra.slice_masks else "")
+                + ": MNN's QNN StridedSlice takes it only with 4 inputs and neither mask")
+    return None
+
+
+def _refused(model: MnnModel, extras: MnnExtras, part: Partition, folder: ExportFolder) -> list[Finding]:
+    """Ops that have a QNN creator which declines their form: compilefornpu's silent failed conversion."""
+    skipped = set(part.folded) | dead_ops(model)
+    hits: list[str] = []
+    for seg in part.npu_segments:
+        for p in seg.ops:
+            op = model.ops[p]
+            if p in skipped or op.type_name != "StridedSlice":
+                continue
+            why = slice_refused(len(op.inputs), extras.ops.get(p))
+            if why:
+                out = model.tensor_names[op.outputs[0]] if op.outputs and 0 <= op.outputs[0] < len(model.tensor_names) else op.name
+                hits.append(f"op {p} {op.name!r} (output {out!r}): StridedSlice (OpType {op.type_id}), {why}; NPU segment {seg.index}")
+    if not hits:
+        return []
+    return [Finding(
+        id="qnn_refused_op_in_npu_segment", step=2, severity="error",
+        title=f"{len(hits)} op(s) MNN's QNN backend refuses in the form the export wrote them",
+        evidence=hits[:20] + ([f"… {len(hits) - 20} more"] if len(hits) > 20 else []),
+        consequence=("compilefornpu prints \"MNN_QNN: Don't support type 91, <op>.\" and 'StaticModule resize failed', "
+                     "yet exits 0 and writes a qnn/llm.mnn with no graph: the conversion failed silently (MNN2QNNModel "
+                     "fails later, in qnn-model-lib-generator)"),
+        remedy=("export the ONNX Slices with their steps input (torch.onnx writes data, starts, ends, axes, steps; add a "
+                "constant steps of ones to 4-input Slices), convert to llm.mnn again and re-run generate_llm_qnn.py"),
+        how_to_see=f"`{command_line(['llm-check', folder.dir])}` lists them; in a compilefornpu log look for "
+                   "\"Don't support type\" and 'StaticModule resize failed'",
+        sources=[r.cite() for r in (S.SLICE_INPUTS, S.REFUSED, S.RESIZE_FAILED)])]
 
 
 def _int_quant(model: MnnModel, extras: MnnExtras, folder: ExportFolder) -> list[Finding]:
@@ -286,6 +327,15 @@ def _qnn_findings(q: QnnOutputs, st: ExportSettings, part: Partition) -> list[Fi
                            consequence="Step3 (npu_convert.py / qnn-context-binary-generator) failed for these graphs — look for 3110/0xc26",
                            remedy="run llm-check's quantization checks above; fix them and re-run generate_llm_qnn.py",
                            sources=[S.GRAPHS_PER_SEGMENT.cite()]))
+    if q.compiled_problem:
+        out.append(Finding(id="compiled_model_empty", step=2, severity="error",
+                           title=f"compilefornpu's {Path(q.compiled_model or 'llm.mnn').name} holds no graph: the conversion failed",
+                           evidence=[f"{q.compiled_model}: {q.compiled_problem}"],
+                           consequence=("compilefornpu exits 0 even when MNN's QNN backend refused an op ('Don't support type N', "
+                                        "then 'StaticModule resize failed'): nothing was converted and llm_demo has no model to run"),
+                           remedy=("read compilefornpu's output for \"Don't support type\" (`qnn-debug triage` on it names the op); "
+                                   "fix the refused op (see the findings above) and re-run generate_llm_qnn.py"),
+                           sources=[S.REFUSED.cite(), S.RESIZE_FAILED.cite()]))
     if not (q.compiled_model or q.testdirs or q.bins or q.qnn_json or q.input_json or q.postreat):
         out.append(Finding(id="qnn_dir_unrecognised", severity="warning",
                            title=f"{q.dir} holds none of generate_llm_qnn.py's outputs",
@@ -335,7 +385,7 @@ def check_llm_export(request: LlmCheckRequest) -> LlmCheckResult:
     kv = _kv_limit(request, qnn)
     part = partition(model, extras, kv[0])
     st = _settings(folder, model, extras, kv)
-    findings = (_unregistered(model, extras, part, folder) + _int_quant(model, extras, folder)
+    findings = (_unregistered(model, extras, part, folder) + _refused(model, extras, part, folder) + _int_quant(model, extras, folder)
                 + _mul_encoding(model, extras, folder) + _settings_findings(st, folder, model, extras))
     if not folder.weight_present and extras.external_refs:
         findings.append(Finding(id="weight_file_missing", step=1, severity="error", title="llm.mnn.weight is missing",

@@ -39,6 +39,7 @@ class QnnOutputs(BaseModel):
     postreat: dict[str, Any] | None = None
     testdirs: list[TestDirInfo] = Field(default_factory=list)
     compiled_model: str | None = None
+    compiled_problem: str | None = Field(default=None, description="why the compiled model holds no graph (empty, no ops)")
     plugin_ops: int = 0
     plugin_binaries: list[str] = Field(default_factory=list)
     missing_binaries: list[str] = Field(default_factory=list)
@@ -117,10 +118,16 @@ def read_qnn_outputs(qnn_dir: str | Path) -> QnnOutputs:
     compiled = next((p for p in (root / "llm.mnn", root / "qnn" / "llm.mnn") if p.is_file()), None)
     if compiled is not None:
         out.compiled_model = str(compiled)
-        m = read_mnn_model(compiled)
-        out.plugin_ops = sum(op.type_name == "Plugin" for op in m.ops)
-        if m.plugin and m.plugin.binary_path:
-            out.plugin_binaries.append(m.plugin.binary_path)
+        try:  # compilefornpu exits 0 after a refused op and leaves a small file without a graph
+            m = read_mnn_model(compiled)
+        except BadInputError as e:
+            out.compiled_problem = f"{compiled.stat().st_size} bytes, not a readable MNN graph ({e.message})"
+        else:
+            if all(op.type_name == "Input" for op in m.ops):
+                out.compiled_problem = f"{compiled.stat().st_size} bytes, only input op(s): no graph"
+            out.plugin_ops = sum(op.type_name == "Plugin" for op in m.ops)
+            if m.plugin and m.plugin.binary_path:
+                out.plugin_binaries.append(m.plugin.binary_path)
     bin_dirs = [root, root / "qnn"]
     out.bins = sorted({p.name for d in bin_dirs if d.is_dir() for p in d.glob("graph*.bin")})
     return out

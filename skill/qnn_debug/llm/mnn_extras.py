@@ -36,7 +36,10 @@ _PARAM_BLOB = 7
 _PARAM_CAST = 8
 _PARAM_CONV = 9
 _PARAM_ELTWISE = 14
+_PARAM_STRIDED_SLICE = 65
 _PARAM_EXTRA = 78
+# table StridedSliceParam: Index, T, beginMask, endMask, ellipsisMask, newAxisMask, shrinkAxisMask, fromType
+_SS_ELLIPSIS, _SS_NEW_AXIS, _SS_FROM_TYPE = 4, 5, 7
 _PARAM_ATTENTION = 98
 BINARY_OPS = {0: "ADD", 1: "SUB", 2: "MUL", 3: "DIV", 6: "POW", 7: "REALDIV", 8: "MINIMUM", 9: "MAXIMUM"}
 ELTWISE_OPS = {0: "PROD", 1: "SUM", 2: "MAXIMUM", 3: "SUB"}
@@ -64,6 +67,8 @@ class OpExtras(BaseModel):
     kv_cache: bool | None = None  # Attention
     extra_type: str | None = None  # Extra (custom op left unconverted)
     cast_to: str | None = None  # Cast destination type
+    slice_from: int | None = None  # StridedSliceParam.fromType: 0 from TF, 1 from ONNX/Torch
+    slice_masks: bool = False  # StridedSlice with a new-axis or ellipsis mask
 
 
 class MnnExtras(BaseModel):
@@ -121,6 +126,9 @@ def read_mnn_extras(path: str | Path) -> MnnExtras:
                 elif ptype == _PARAM_CAST:
                     dst = r.scalar(param, 1, nt.Int32Flags, 0)
                     out.ops[pos] = OpExtras(cast_to=_DATA_TYPES.get(dst, f"mnn_dtype_{dst}"))
+                elif ptype == _PARAM_STRIDED_SLICE:
+                    masks = any(r.scalar(param, slot, nt.Int32Flags, 0) for slot in (_SS_ELLIPSIS, _SS_NEW_AXIS))
+                    out.ops[pos] = OpExtras(slice_from=r.scalar(param, _SS_FROM_TYPE, nt.Int32Flags, 0), slice_masks=masks)
                 elif ptype == _PARAM_EXTRA:
                     out.ops[pos] = OpExtras(extra_type=r.string(param, 0))
             return out

@@ -61,3 +61,9 @@ KV_LIMIT_ARG = _ref("transformers/llm/export/npu/generate_llm_qnn.py", "222-231"
 CHUNK_CONFIGS = _ref("transformers/llm/export/npu/generate_llm_qnn.py", "49-91",
                      "two IO configs: prefill [chunk_size] with logits_index 0, decode [1] with -1")
 GRAPHS_PER_SEGMENT = _ref("tools/cpp/compilefornpu.cpp", "1755-1776", "graphs = NPU segments x shape configs")
+SLICE_INPUTS = _ref("source/backend/qnn/execution/QNNStridedSlice.cpp", "219-234",
+                    "the StridedSlice creator declines an ONNX slice without 5 inputs, a TF one without 4")
+REFUSED = _ref("source/backend/qnn/backend/QNNBackend.cpp", "1630-1637",
+               "a creator that declines: 'MNN_QNN: Don't support type N, <op>.' and no execution")
+RESIZE_FAILED = _ref("express/module/StaticModule.cpp", "698",
+                     "'StaticModule resize failed before input copy': the forward gives up, the tool goes on")

@@ -170,10 +170,11 @@ def _linear(b: _Builder, scope: str, x: str, w: np.ndarray, name: str) -> str:
 
 
 def _rotate_half(b: _Builder, scope: str, x: str, hd: int, wrong: bool) -> str:
+    # torch.onnx writes 5-input Slices (data, starts, ends, axes, steps); MNN's QNN StridedSlice refuses 4 inputs
     x1 = b.one(scope, "Slice", [x, b.const_i64(f"{scope}/s0", [0]), b.const_i64(f"{scope}/e0", [hd // 2]),
-                                b.const_i64(f"{scope}/a0", [-1])])
+                                b.const_i64(f"{scope}/a0", [-1]), b.const_i64(f"{scope}/st0", [1])])
     x2 = b.one(scope, "Slice", [x, b.const_i64(f"{scope}/s1", [hd // 2]), b.const_i64(f"{scope}/e1", [hd]),
-                                b.const_i64(f"{scope}/a1", [-1])])
+                                b.const_i64(f"{scope}/a1", [-1]), b.const_i64(f"{scope}/st1", [1])])
     neg = x2 if wrong else b.one(scope, "Neg", [x2])
     return b.one(scope, "Concat", [neg, x1], axis=-1)
 
@@ -287,7 +288,8 @@ def build_graph(cfg: DecoderSizes, weights: Mapping[str, np.ndarray], *, attenti
         hidden = b.one(L, "Add", [hidden, down])
 
     start = b.one("", "Cast", ["logits_index"], to=TensorProto.INT64)
-    last = b.one("", "Slice", [hidden, start, b.const_i64("/slice_end", [2**62]), b.const_i64("/slice_axes", [1])])
+    last = b.one("", "Slice", [hidden, start, b.const_i64("/slice_end", [2**62]), b.const_i64("/slice_axes", [1]),
+                               b.const_i64("/slice_steps", [1])])
     final = _rms_norm(b, "/norm", last, b.init("norm.weight", weights["norm"]), eps)
     b.nodes.append(helper.make_node("Identity", [final], ["hidden_states"], name="/hidden_states/Identity"))
     b.nodes.append(helper.make_node("MatMul", [final, b.init("lm_head.weight", np.ascontiguousarray(weights["lm_head"].T))],

@@ -28,7 +28,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from .. import process
-from ..errors import BadInputError, TargetError
+from ..errors import BadInputError, TargetError, UnsupportedOnTargetError
+from .refusals import read_tool_output, refusal_hint, refusal_message
 from .soc import resolve
 
 _C_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -134,9 +135,11 @@ def run_mnn2qnn(
         shutil.copyfile(src, local_src)
         conv_out = work / "out"
         cmd = build_command(str(exe.absolute()), str(sdk), soc, arch, str(local_src), str(conv_out), shapes, dump=dump)
+        base_env = process.environ() if env is None else dict(env)
+        run_env = {**base_env, **process.qnn_sdk_env(sdk, base_env)}  # its generated Makefile reads QNN_SDK_ROOT
+        argv, buffered_note = process.unbuffered(cmd)
         try:
-            proc = process.run(cmd, cwd=work, timeout=timeout, env=process.environ() if env is None else dict(env),
-                               merge_stderr=True)
+            proc = process.run(argv, cwd=work, timeout=timeout, env=run_env, merge_stderr=True)
         except process.ChildTimeout:
             raise TargetError(f"MNN2QNNModel did not finish within {timeout:.0f} s", hint="raise --timeout") from None
         except OSError as e:
@@ -153,10 +156,18 @@ def run_mnn2qnn(
                                shapes=list(shapes), messages=messages, log=log[-20000:])
         if not ok:
             missing = [n for n, p in made.items() if not p.is_file() or p.stat().st_size == 0]
+            facts = read_tool_output(log)
+            refused = refusal_message(facts, "MNN2QNNModel")
+            if refused:  # the SDK step's failure follows from it: say the cause, not the SDK
+                raise UnsupportedOnTargetError(
+                    f"{refused}; so it did not produce {', '.join(missing)} (exit status {proc.returncode})",
+                    hint=refusal_hint(facts),
+                    details={"refusals": [r.model_dump() for r in facts.refusals], "log_tail": log[-3000:],
+                             "command": cmd, **({"note": buffered_note} if buffered_note else {})})
             raise TargetError(
                 f"MNN2QNNModel did not produce {', '.join(missing)} (exit status {proc.returncode})",
                 hint=(messages[-1] if messages else "see details.log_tail") + "; check the QNN SDK and the soc/arch pair",
-                details={"log_tail": log[-3000:], "command": cmd},
+                details={"log_tail": log[-3000:], "command": cmd, **({"note": buffered_note} if buffered_note else {})},
             )
         for name, p in made.items():
             dst = out / name

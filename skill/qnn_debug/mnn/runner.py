@@ -158,7 +158,32 @@ def require_success(run: ModuleBasicRun) -> None:
     r = run.report
     if r.status in ("crashed", "error"):
         tail = "\n".join(run.log.strip().splitlines()[-15:])
-        raise TargetError(f"ModuleBasic failed on the {run.target_kind}: {r.reason}",
-                          hint="see the log in details; `qnn-debug triage` explains QNN error codes",
+        cause, hint = mnn_cause(run.log)
+        raise TargetError(f"ModuleBasic failed on the {run.target_kind}: {r.reason}" + (f"; {cause}" if cause else ""),
+                          hint=hint or "see the log in details; `qnn-debug triage` explains QNN error codes",
                           details={"log_tail": tail, "command": run.command})
+
+
+def mnn_cause(log: str) -> tuple[str | None, str | None]:
+    """MNN's own words for a failed run, said plainly: a refused op, a refused context binary, a build without
+    plugin support. ``(None, None)`` when the log holds none of them."""
+    from .refusals import read_tool_output, refusal_hint, refusal_message
+
+    facts = read_tool_output(log)
+    causes: list[str] = []
+    hints: list[str] = []
+    if facts.plugin_missing:
+        causes.append("this MNN build has no plugin support (MNN: 'recompile with `MNN_WITH_PLUGIN`'), so it cannot "
+                      "run an offline QNN model")
+        hints.append("rebuild MNN with -DMNN_WITH_PLUGIN=ON (and -DMNN_QNN=ON), or use the online path: --option mode=online")
+    if facts.validate_binary_codes:
+        codes = ", ".join(str(c) for c in sorted(set(facts.validate_binary_codes)))
+        causes.append(f"QNN refused the context binary ('Failed to validate binary: {codes}') and MNN went on with it")
+        hints.append("the QNN libraries that run the model must accept the binary: use the QNN version and soc/arch the "
+                     "binary was made for (an HTP simulator may not implement binary validation at all)")
+    refused = refusal_message(facts, "ModuleBasic")
+    if refused:
+        causes.append(refused)
+        hints.append(refusal_hint(facts))
+    return ("; ".join(causes) or None), ("; ".join(hints) or None)
 

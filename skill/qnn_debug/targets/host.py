@@ -30,8 +30,9 @@ class LocalExecutor:
 
     kind = "host"
 
-    def __init__(self, build_dir: Path, qnn_lib_dir: Path | None):
+    def __init__(self, build_dir: Path, qnn_lib_dir: Path | None, qnn_sdk: Path | None = None):
         self.build_dir = build_dir.absolute()
+        self.qnn_sdk = qnn_sdk
         self.qnn_lib_dir = qnn_lib_dir.absolute() if qnn_lib_dir else None
         self.module_basic = str(self.build_dir / "ModuleBasic.out")
         self.run_dir = ""
@@ -62,8 +63,9 @@ class LocalExecutor:
 
     def execute(self, argv: list[str], *, cwd: str, env: dict[str, str], timeout: float) -> tuple[int, str]:
         full_env = {**process.environ(), **env}
+        command, _ = process.unbuffered(argv)  # a crash must not take ModuleBasic's last lines with it
         try:
-            done = process.run(argv, cwd=cwd, env=full_env, timeout=timeout, merge_stderr=True)
+            done = process.run(command, cwd=cwd, env=full_env, timeout=timeout, merge_stderr=True)
         except process.ChildTimeout as e:
             raise TargetError(f"ModuleBasic did not finish within {timeout:.0f} s", hint="raise --timeout",
                               details={"log_tail": e.output[-2000:]}) from None
@@ -87,12 +89,13 @@ class LocalExecutor:
             self._scratch.__exit__(None, None, None)
 
     def base_env(self) -> dict[str, str]:
+        sdk = process.qnn_sdk_env(self.qnn_sdk)  # --option qnn_sdk reaches every MNN tool, not only MNN2QNNModel
         dirs = [str(d) for d in (self.qnn_lib_dir, self.build_dir) if d is not None]
-        old = os.environ.get("LD_LIBRARY_PATH")
-        return {"LD_LIBRARY_PATH": os.pathsep.join(dirs + ([old] if old else []))}
+        old = sdk.get("LD_LIBRARY_PATH") or os.environ.get("LD_LIBRARY_PATH")
+        return {**sdk, "LD_LIBRARY_PATH": os.pathsep.join(dirs + ([old] if old else []))}
 
 
-def make_executor(own: dict[str, str]) -> LocalExecutor:
+def make_executor(own: dict[str, str], qnn_sdk: Path | None = None) -> LocalExecutor:
     build = own.get("mnn_build_dir")
     if not build:
         raise BadInputError("the host target needs an MNN build directory",
@@ -105,7 +108,7 @@ def make_executor(own: dict[str, str]) -> LocalExecutor:
     lib_dir = fs.check(lib, what="qnn_lib_dir", kind="dir") if lib else None
     if lib_dir is not None and not fs.check(lib_dir / "libQnnHtp.so", what="libQnnHtp.so", must_exist=False).is_file():
         raise BadInputError(f"{lib_dir} has no libQnnHtp.so", hint="pass the directory holding the x86_64 QNN libraries")
-    return LocalExecutor(build_dir, lib_dir)
+    return LocalExecutor(build_dir, lib_dir, qnn_sdk)
 
 
 def run(request: DumpRequest, progress: Progress) -> Run:
@@ -115,10 +118,11 @@ def run(request: DumpRequest, progress: Progress) -> Run:
 
     opts, own = split_options(request.options, OWN_OPTIONS)
     plan(Path(request.model), opts, request.precision)
-    executor = make_executor(own)
+    executor = make_executor(own, opts.qnn_sdk)
     soc, arch = resolve(request.soc_model, request.htp_arch)
+    _, buffered = process.unbuffered([])
     return capture(request, executor, opts, progress, target="host", soc_model=soc, htp_arch=arch,
-                   extra={"mnn_build_dir": str(executor.build_dir)})
+                   warnings=[buffered] if buffered else None, extra={"mnn_build_dir": str(executor.build_dir)})
 
 
 class HostOptions(BaseModel):

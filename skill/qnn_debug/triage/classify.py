@@ -670,6 +670,8 @@ def _build_result(scan: _Scan, label: str, seconds: float, collected: _Collected
     if category == "other" and outside:
         title = spec.title + " (the failure is a script, configuration or app error outside QNN)"
         low_reason = _OUTSIDE_REASON
+    if category == "unsupported_op_not_registered" and "mnn-refused-conversion-failed" in scan.sig:
+        title = "op refused by MNN's QNN backend: the conversion failed (even where the tool exited 0)"
     if stopped and category == "convert_segfault":
         title = "the export stopped without a crash line (re-run under stdbuf -o0 / gdb)"
     return TriageResult(
@@ -821,6 +823,7 @@ def _warnings(scan: _Scan) -> list[str]:
 def _facts(groups: list[tuple[Signature, dict[str, str]]], category: str) -> tuple[list[str], list[NextStep]]:
     """Decode what the matched lines name: OpType numbers, QNN error codes, rejected QNN/ONNX ops."""
     from ..mnn.optypes import optype_name, qnn_mapping, source
+    from ..mnn.refusals import CONDITIONS
     from .codes import code_name
 
     facts: list[str] = []
@@ -833,7 +836,9 @@ def _facts(groups: list[tuple[Signature, dict[str, str]]], category: str) -> tup
             facts.append(fact)
 
     commit = source()["commit"][:7]
-    for sig, g in sorted(groups, key=lambda sg: sg[0].category != category):
+    declined: set[int] = set()  # OpTypes whose creator declined: the "registers it" reading would mislead
+    order = ("mnn-refused-conversion-failed", "mnn-dont-support-type")
+    for sig, g in sorted(groups, key=lambda sg: (sg[0].category != category, sg[0].id not in order)):
         if "optype" in g:
             n = int(g["optype"])
             try:
@@ -844,7 +849,11 @@ def _facts(groups: list[tuple[Signature, dict[str, str]]], category: str) -> tup
             m = qnn_mapping(n)
             if m is None:
                 add(f"OpType {n} = {name}: MNN's QNN backend has no implementation at {commit}; it cannot run on the NPU")
-            else:
+            elif sig.id.startswith("mnn-dont-support") or sig.id == "mnn-refused-conversion-failed":
+                declined.add(n)
+                add(f"OpType {n} = {name}: MNN at {commit} registers {m.creator}, and that creator declined this op's form "
+                    "('Don't support type')" + (f": {CONDITIONS[n]}" if n in CONDITIONS else ""))
+            elif n not in declined:
                 add(f"OpType {n} = {name}: MNN at {commit} registers {m.creator} (emits {', '.join(m.qnn_ops[:4])}); "
                     "if your build says 'Not registered', it predates that support or was built without it")
             ops.append(name)
