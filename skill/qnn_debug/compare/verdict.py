@@ -1,8 +1,9 @@
 """The verdict stage: from the findings of a comparison to kind, pattern, confidence, evidence and first failing op.
 
-Only decisions and numbers live here; :mod:`.wording` turns a :class:`Decision` into the summary sentence and
-the next steps. Decision order (never from end-to-end error or cosine alone — cosine recovers with depth
-while the error stays):
+Only decisions and numbers live here; :mod:`.wording` has the sentences and next steps, and :mod:`.rules` binds
+each decision below to its sentence and steps as one rule object, in this order (the registry holds the order; a
+new rule is one object registered there). Never from end-to-end error or cosine alone — cosine recovers with
+depth while the error stays:
 1. the target's copy of a graph input is all zeros → ``input_not_copied`` (MNN ``shapeMutable=true``), the
    first failing op being the first op that reads that input; its first observation (a backend copy) differs
    otherwise → ``input_not_copied`` with moderate confidence: other baseline data or an uncopied input, and
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ..runstore import Run
 from .checks import Finding
@@ -44,14 +45,11 @@ if TYPE_CHECKING:
     from .top1 import Top1
 
 MAX_TRIALS_IN_EVIDENCE = 10
-__all__ = ["Decision", "Finding", "Findings", "InputMismatch", "Rule", "checked", "claims_absence", "decide",
-           "degraded_outputs", "end_to_end", "floor_fails", "mark_first_failing", "name_on_target", "note_unchecked",
-           "poor_floor_outputs", "ref_name", "top1_misses", "unresolved"]
-
-# Which rule decided: the wording module words each one.
-Rule = Literal["zero_input", "input_mismatch", "encoding_range", "fp16_range", "bug", "unconfirmed_bug",
-               "quantization", "precision", "poor_floor", "ok"]
-
+__all__ = ["Context", "Decision", "Finding", "Findings", "InputMismatch", "bug", "checked", "claims_absence",
+           "context", "degraded_outputs", "discount_uncompared", "encoding_range", "end_to_end", "finish_ops",
+           "floor_fails", "fp16_range", "healthy", "input_mismatch", "mark_first_failing", "name_on_target",
+           "note_unchecked", "ops_evidence", "poor_floor", "poor_floor_outputs", "precision", "quantization",
+           "ref_name", "top1_misses", "unconfirmed_bug", "unresolved", "zero_input"]
 
 @dataclass
 class Findings:
@@ -101,7 +99,7 @@ class Decision:
     confidence: float
     evidence: dict[str, Any]
     first: FirstFailing | None
-    rule: Rule
+    rule: str  # the name of the rule that decided (:mod:`.rules`): its sentence and next steps are its own
     hit: Finding | None = None  # the finding a bug verdict rests on
     worst: TensorRow | None = None  # the row furthest beyond the floor
 
@@ -163,7 +161,23 @@ def unresolved(found: Findings) -> list[Finding]:
     return [f for f in found.findings if f.local is None or f.local.ok is None]
 
 
-def decide(found: Findings, th: Thresholds) -> Decision:
+@dataclass
+class Context:
+    """What every verdict rule reads besides the findings: the evidence all verdicts carry, the tensor furthest
+    beyond the floor and the first suspect whose local re-run says it is wrong."""
+
+    base: dict[str, Any]  # end to end, the floor note, the observer effect, the worst excess
+    worst: TensorRow | None
+    hit: Finding | None
+    quantized_by: list[str]
+
+    def evidence(self) -> dict[str, Any]:
+        """The shared evidence past the input checks: with what says the target is quantized."""
+        return {**self.base, "quantized_by": self.quantized_by} if self.quantized_by else dict(self.base)
+
+
+def context(found: Findings, th: Thresholds) -> Context:
+    """The rules' shared input, computed once per comparison."""
     base: dict[str, Any] = {"end_to_end": end_to_end(found)}
     if not found.has_floor:
         base["floor"] = f"none: tensors judged against {th.floor_cap_db:g} dB SQNR"
@@ -172,25 +186,18 @@ def decide(found: Findings, th: Thresholds) -> Decision:
     worst = _worst(found)
     if worst is not None:
         base["worst_excess"] = {"tensor": worst.name, "excess_db": _r(worst.excess_db)}
+    return Context(base, worst, _confirmed(found), list(found.quantized_by))
 
-    if found.zero_inputs:
-        return _zero_input(found, base)
-    if found.input_mismatches:
-        return _input_mismatch(found, base)
-    if found.quantized_by:
-        base["quantized_by"] = found.quantized_by
-    hit = _confirmed(found)
-    if found.range_clip is not None and (hit is None or hit.suspect.op.position >= found.range_clip.row.position):
-        return _discount_uncompared(_range_clip(found, base, hit), found)
-    if found.overflow is not None and (hit is None or hit.suspect.op.position >= found.overflow.op.position):
-        return _discount_uncompared(_overflow(found, base, hit), found)
-    decision = _decide_ops(found, th, base, worst)
-    decision.worst = worst
+
+def finish_ops(decision: Decision, found: Findings, th: Thresholds, ctx: Context) -> Decision:
+    """What a verdict about the ops also carries: the worst tensor, the drift note (float targets), and the
+    discount for tensors that could not be compared."""
+    decision.worst = ctx.worst
     if not found.quantized:
         drift = find_drift(list(found.rows.values()), th)
         if drift is not None:
             decision.evidence["drift"] = drift
-    return _discount_uncompared(decision, found)
+    return discount_uncompared(decision, found)
 
 
 def name_on_target(decision: Decision, target: Run, ops: list[OpNode], seen: Iterable[str]) -> Decision:
@@ -272,7 +279,7 @@ def floor_fails(decision: Decision) -> float | None:
     return min(floors) if floors and min(floors) < OUTPUT_OK_DB else None
 
 
-def _discount_uncompared(decision: Decision, found: Findings) -> Decision:
+def discount_uncompared(decision: Decision, found: Findings) -> Decision:
     """A verdict that could not see some tensors the model produces must not claim to have checked them all
     (a verdict that found a fault stands: what it found does not depend on the unseen tensors)."""
     if not found.uncompared:
@@ -288,39 +295,88 @@ def claims_absence(decision: Decision) -> bool:
     return decision.kind in ("ok", "precision", "quantization")
 
 
-def _decide_ops(found: Findings, th: Thresholds, base: dict[str, Any], worst: TensorRow | None) -> Decision:
-    """The verdict from the ops once the inputs are known to be right: a confirmed bug, quantization,
-    precision or ok."""
-    hit = _confirmed(found)
-    if hit is not None:
-        return _bug(found, hit, base)
+# --- the rules' decisions: each returns None when its case does not hold (see :mod:`.rules` for the order) ---
 
-    done, open_ = checked(found), unresolved(found)
-    suspects = [f.suspect for f in found.findings]
-    ev = {**base, "suspects_checked": [
+def zero_input(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    return _zero_input(found, ctx.base) if found.zero_inputs else None
+
+
+def input_mismatch(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    return _input_mismatch(found, ctx.base) if found.input_mismatches else None
+
+
+def encoding_range(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    """A clipping encoding, unless a confirmed wrong op comes before it."""
+    clip, hit = found.range_clip, ctx.hit
+    if clip is None or (hit is not None and hit.suspect.op.position < clip.row.position):
+        return None
+    return _range_clip(found, ctx.evidence(), hit)
+
+
+def fp16_range(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    """The first op leaving the fp16 range, unless a confirmed wrong op comes before it."""
+    over, hit = found.overflow, ctx.hit
+    if over is None or (hit is not None and hit.suspect.op.position < over.op.position):
+        return None
+    return _overflow(found, ctx.evidence(), hit)
+
+
+def bug(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    return _bug(found, ctx.hit, ctx.evidence()) if ctx.hit is not None else None
+
+
+def ops_evidence(found: Findings, ctx: Context) -> dict[str, Any]:
+    """The evidence of a verdict on the ops with no confirmed wrong op: the suspects and what their re-runs said."""
+    ev = {**ctx.evidence(), "suspects_checked": [
         {**_row_evidence(found.rows[f.suspect.tensor]), "local_sqnr_db": _r(f.local.sqnr_db if f.local else None),
          "local_ok": f.local.ok if f.local else None, "local_max_err_lsb": f.local.max_err_lsb if f.local else None}
         for f in found.findings[:5]]}
     if found.local_unavailable:
         ev["local_error"] = found.local_unavailable
-    if open_:
-        s0 = open_[0].suspect
-        first = found.rows[s0.tensor]
-        if (first.metrics.get("sqnr_db") or 0.0) < 20.0 and s0.jump_db >= 2 * th.jump_db:
-            # no way to re-run the op: a huge jump is still most likely a bug, but say how sure we are
-            return Decision("real_bug", "none", 0.45, {**ev, **_row_evidence(first)},
-                            FirstFailing(tensor=ref_name(first), op=first.op, op_type=first.op_type,
-                                         position=first.position, observed_as=first.name if first.stands_for else None),
-                            "unconfirmed_bug", hit=open_[0])
-    if found.quantized:
-        return Decision("quantization", "none", 0.85 if done else 0.7, {**ev, "checked_ops": len(done)}, None,
-                        "quantization")
-    if _degraded(found, th, worst) or suspects:
-        return Decision("precision", "none", 0.55 if open_ else 0.75, ev, None, "precision")
+    return ev
+
+
+def unconfirmed_bug(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    """No way to re-run the op: a huge jump is still most likely a bug, but say how sure we are."""
+    open_ = unresolved(found)
+    if not open_:
+        return None
+    s0 = open_[0].suspect
+    first = found.rows[s0.tensor]
+    if not ((first.metrics.get("sqnr_db") or 0.0) < 20.0 and s0.jump_db >= 2 * th.jump_db):
+        return None
+    return Decision("real_bug", "none", 0.45, {**ops_evidence(found, ctx), **_row_evidence(first)},
+                    FirstFailing(tensor=ref_name(first), op=first.op, op_type=first.op_type,
+                                 position=first.position, observed_as=first.name if first.stands_for else None),
+                    "unconfirmed_bug", hit=open_[0])
+
+
+def quantization(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    if not found.quantized:
+        return None
+    done = checked(found)
+    return Decision("quantization", "none", 0.85 if done else 0.7,
+                    {**ops_evidence(found, ctx), "checked_ops": len(done)}, None, "quantization")
+
+
+def precision(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    """Clearly worse than the floor, or suspects that are fine locally: precision, no wrong op."""
+    if not (_degraded(found, th, ctx.worst) or found.findings):
+        return None
+    return Decision("precision", "none", 0.55 if unresolved(found) else 0.75, ops_evidence(found, ctx), None,
+                    "precision")
+
+
+def poor_floor(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
     poor = poor_floor_outputs(found, th)
-    if poor:
-        return Decision("precision", "none", 0.7, {**ev, "poor_floor_outputs": dict(poor)}, None, "poor_floor")
-    return Decision("ok", "none", 0.9 if found.rows else 0.3, ev, None, "ok")
+    if not poor:
+        return None
+    return Decision("precision", "none", 0.7, {**ops_evidence(found, ctx), "poor_floor_outputs": dict(poor)}, None,
+                    "poor_floor")
+
+
+def healthy(found: Findings, th: Thresholds, ctx: Context) -> Decision:
+    return Decision("ok", "none", 0.9 if found.rows else 0.3, ops_evidence(found, ctx), None, "ok")
 
 
 def degraded_outputs(found: Findings, th: Thresholds) -> list[TensorRow]:

@@ -2,6 +2,7 @@
 sentence, and a finished result becomes its next steps.
 
 Every sentence of a comparison is built here, from numbers the earlier stages measured; nothing here decides.
+Each verdict rule (:mod:`.rules`) uses one sentence function and one next-steps function from here.
 The summary states the verdict with its numbers (SQNR against the reference and the floor, local error,
 ranges, encodings) and what they mean.
 
@@ -52,15 +53,16 @@ if TYPE_CHECKING:
 
 # --- the summary sentence ----------------------------------------------------------------------------------
 
-def verdict(d: Decision, found: Findings, th: Thresholds) -> Verdict:
-    """The public verdict: the decision's kind, pattern, confidence and evidence, with its summary."""
-    return Verdict(kind=d.kind, pattern=d.pattern, confidence=d.confidence, summary=summary(d, found, th),
-                   evidence=d.evidence)
+def verdict(d: Decision, found: Findings, th: Thresholds, sentence: str) -> Verdict:
+    """The public verdict: the decision's kind, pattern, confidence and evidence, with its summary (``sentence``:
+    what the rule that decided says, see :mod:`.rules`)."""
+    return Verdict(kind=d.kind, pattern=d.pattern, confidence=d.confidence,
+                   summary=summary(d, found, th, sentence), evidence=d.evidence)
 
 
-def summary(d: Decision, found: Findings, th: Thresholds) -> str:
+def summary(d: Decision, found: Findings, th: Thresholds, sentence: str) -> str:
     """The verdict in one paragraph: the rule's sentence, then the drift, unseen tensors and fused op notes."""
-    text = _SENTENCES[d.rule](d, found, th)
+    text = sentence
     if "drift" in d.evidence and d.kind in ("ok", "precision"):
         text += drift_words(d.evidence["drift"])
     if found.uncompared and claims_absence(d):
@@ -116,7 +118,7 @@ def _quant_worst(row: TensorRow, found: Findings, th: Thresholds) -> str:
     return f"{head}, {_below(row, found, th)}, which is what quantization costs; the quantization step is the yardstick"
 
 
-def _zero_input(d: Decision, found: Findings, th: Thresholds) -> str:
+def zero_input_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     name = found.zero_inputs[0]
     consumer = found.input_consumers.get(name)
     reads = f"; {consumer.name} ({consumer.op_type}) is the first op to read it" if consumer else ""
@@ -124,7 +126,7 @@ def _zero_input(d: Decision, found: Findings, th: Thresholds) -> str:
             f"QNN needs shapeMutable=false).")
 
 
-def _input_mismatch(d: Decision, found: Findings, th: Thresholds) -> str:
+def input_mismatch_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     m = found.input_mismatches[0]
     consumer = found.input_consumers.get(m.name)
     if m.nonfinite:
@@ -141,7 +143,7 @@ def _input_mismatch(d: Decision, found: Findings, th: Thresholds) -> str:
             f"downstream op is blamed.{reads}")
 
 
-def _encoding_range(d: Decision, found: Findings, th: Thresholds) -> str:
+def encoding_range_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     c = found.range_clip
     assert c is not None
     row = c.row
@@ -157,7 +159,7 @@ def _encoding_range(d: Decision, found: Findings, th: Thresholds) -> str:
             f"{fmt.db_unit(c.raw_sqnr_db)}; elements inside the range: {fmt.db_unit(c.in_range_sqnr_db)}).")
 
 
-def _fp16_range(d: Decision, found: Findings, th: Thresholds) -> str:
+def fp16_range_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     o = found.overflow
     assert o is not None
     where = f"{o.op.name} ({o.op.op_type}, position {o.op.position})"
@@ -193,7 +195,7 @@ def _fp16_range(d: Decision, found: Findings, th: Thresholds) -> str:
             f"2^-{o.rescale_exponent()} around it (see next steps).")
 
 
-def _unconfirmed_bug(d: Decision, found: Findings, th: Thresholds) -> str:
+def unconfirmed_bug_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     assert d.hit is not None
     s0 = d.hit.suspect
     first = found.rows[s0.tensor]
@@ -202,7 +204,7 @@ def _unconfirmed_bug(d: Decision, found: Findings, th: Thresholds) -> str:
             f"({fmt.amount(s0.jump_db)} dB jump beyond {_floor(found, th)}); it could not be re-run to confirm ({why}).")
 
 
-def _quantization(d: Decision, found: Findings, th: Thresholds) -> str:
+def quantization_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     done = checked(found)
     if done:
         sq = [f.local.sqnr_db for f in done if f.local and f.local.sqnr_db is not None]
@@ -216,7 +218,7 @@ def _quantization(d: Decision, found: Findings, th: Thresholds) -> str:
     return f"Quantization error, not a bug: {worst_txt}; {clause}."
 
 
-def _precision(d: Decision, found: Findings, th: Thresholds) -> str:
+def precision_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     worst, open_ = d.worst, unresolved(found)
     where = (f"the worst tensor {worst.name!r} has SQNR {fmt.db_unit(worst.metrics.get('sqnr_db'))}, "
              f"{_below(worst, found, th)}" if worst else f"the target is worse than {_floor(found, th)}")
@@ -230,13 +232,13 @@ def _precision(d: Decision, found: Findings, th: Thresholds) -> str:
     return f"Precision, not a wrong op: {where}, but {why}{top}."
 
 
-def _poor_floor(d: Decision, found: Findings, th: Thresholds) -> str:
+def poor_floor_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     words = ", ".join(f"{n!r} {fmt.db_unit(db)}" for n, db in poor_floor_outputs(found, th)[:3])
     return (f"Precision: the target is at the fp16 floor, but the floor itself is not acceptable (graph output SQNR "
             f"{words}, below {th.output_ok_db:g} dB): no fp16 engine can run this as is.")
 
 
-def _ok(d: Decision, found: Findings, th: Thresholds) -> str:
+def ok_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     worst = d.worst
     if worst is not None and (worst.excess_db or 0.0) >= th.excess_ok_db:
         return (f"Healthy: {_outputs_words(d, th)}; no op's error jumps beyond its inputs'. The worst tensor "
@@ -258,7 +260,7 @@ def _outputs_words(d: Decision, th: Thresholds) -> str:
     return f"the outputs are within {th.excess_ok_db:g} dB of the floor ({'; '.join(parts[:3])})"
 
 
-def _bug(d: Decision, found: Findings, th: Thresholds) -> str:
+def bug_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     hit = d.hit
     assert hit is not None and hit.local is not None
     row, le = found.rows[hit.suspect.tensor], hit.local
@@ -294,10 +296,6 @@ def _pattern_words(pattern: str, best: Trial | None) -> str:
     }.get(pattern, best.variant)
 
 
-_SENTENCES = {"zero_input": _zero_input, "input_mismatch": _input_mismatch, "encoding_range": _encoding_range,
-              "fp16_range": _fp16_range, "bug": _bug, "unconfirmed_bug": _unconfirmed_bug,
-              "quantization": _quantization, "precision": _precision, "poor_floor": _poor_floor, "ok": _ok}
-
 
 # --- next steps --------------------------------------------------------------------------------------------
 
@@ -319,21 +317,6 @@ QDQ_MODEL = Var("QDQ_MODEL", "the re-calibrated QDQ .onnx model")
 FLOAT_MODEL = Var("FLOAT_MODEL", "the float .onnx model before quantization")
 EXPORT_DIR = Var("EXPORT_DIR", "the llmexport output folder (the one holding llm.mnn)")
 
-
-def next_steps(r: CompareResult) -> list[NextStep]:
-    """The steps for ``r``'s verdict, most useful first; none for a healthy run."""
-    kind = r.verdict.kind
-    if kind == "precision" and isinstance(r.verdict.evidence.get("fp16_range"), dict):
-        return _fp16_range_steps(r, r.verdict.evidence["fp16_range"])
-    if kind == "precision":
-        return _precision_steps(r)
-    if kind == "real_bug":
-        return _real_bug_steps(r)
-    if kind == "input_not_copied":
-        return _input_not_copied_steps(r)
-    if kind == "quantization":
-        return _quantization_steps(r)
-    return []
 
 
 def _baseline_dir(r: CompareResult) -> Path:
@@ -371,7 +354,7 @@ def _fusions(r: CompareResult) -> list[str]:
     return found
 
 
-def _precision_steps(r: CompareResult) -> list[NextStep]:
+def precision_steps(r: CompareResult) -> list[NextStep]:
     if not _is_htp_sim(r):
         return _precision_mnn(r)
     base, run = _baseline_dir(r), Path(r.target)
@@ -454,7 +437,7 @@ def _precision_mnn(r: CompareResult) -> list[NextStep]:
     ]
 
 
-def _fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
+def fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
     """Remedies for a model that is not fp16-safe, each with why, most targeted first; each is checked by
     diagnosing the edited model, and the baseline of the edited model lists what is still out of range."""
     op, tensor, k = ev.get("op"), ev.get("tensor"), ev.get("rescale_exponent")
@@ -525,7 +508,7 @@ def _rescale_place(ev: dict[str, Any], scale: str) -> str:
             f"({readers}){rest}{only}")
 
 
-def _real_bug_steps(r: CompareResult) -> list[NextStep]:
+def real_bug_steps(r: CompareResult) -> list[NextStep]:
     ff = r.first_failing
     pattern = f" for the `{r.verdict.pattern}` pattern" if r.verdict.pattern != "none" else ""
     playbook = (f"then follow {WRONG_NUMBERS}{pattern}: the classic causes of a wrong op in MNN's QNN backend and "
@@ -542,7 +525,7 @@ def _real_bug_steps(r: CompareResult) -> list[NextStep]:
     return steps
 
 
-def _input_not_copied_steps(r: CompareResult) -> list[NextStep]:
+def input_not_copied_steps(r: CompareResult) -> list[NextStep]:
     """Zeros: the input was not copied. A copy that differs otherwise may just be a baseline built from other
     data, which is the cheaper check, so it comes first."""
     steps = []
@@ -565,7 +548,7 @@ def _input_not_copied_steps(r: CompareResult) -> list[NextStep]:
     return steps
 
 
-def _encoding_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
+def encoding_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
     """A device encoding that clips the data: widen it where it is set, then check again."""
     tensor = ev.get("tensor")
     lo, hi = ev.get("device_range") or [None, None]
@@ -589,10 +572,7 @@ def _encoding_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep
     ]
 
 
-def _quantization_steps(r: CompareResult) -> list[NextStep]:
-    ev = r.verdict.evidence.get("encoding_range")
-    if isinstance(ev, dict):
-        return _encoding_range_steps(r, ev)
+def quantization_steps(r: CompareResult) -> list[NextStep]:
     worst = r.verdict.evidence.get("worst_excess", {}).get("tensor")
     row = next((t for t in r.tensors if t.name == worst), None)
     where = f"{worst!r}" if worst else "the worst tensor"
