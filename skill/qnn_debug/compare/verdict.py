@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..runstore import Run
 from .checks import Finding
+from .criterion import SQNR
 from .drift import find_drift
 from .fusion import name_target_op
 from .input_checks import InputMismatch
@@ -117,7 +118,7 @@ def _row_evidence(row: TensorRow) -> dict[str, Any]:
     m, f = row.metrics, row.floor_metrics or {}
     seen = {"observed_as": row.name} if row.stands_for else {}
     return {"tensor": ref_name(row), **seen, "op": row.op, "op_type": row.op_type, "position": row.position,
-            "target_sqnr_db": _r(m.get("sqnr_db")), "floor_sqnr_db": _r(f.get("sqnr_db")),
+            "target_sqnr_db": _r(SQNR.value(m)), "floor_sqnr_db": _r(SQNR.value(f)),
             "target_diff_rate": m.get("diff_rate"), "floor_diff_rate": f.get("diff_rate"),
             "cosine": m.get("cosine"), "excess_db": _r(row.excess_db), "jump_db": _r(row.jump_db)}
 
@@ -129,9 +130,9 @@ def end_to_end(found: Findings) -> dict[str, Any]:
     for name in found.outputs:
         row = direct.get(name) or found.rows.get(name)  # the output as the application reads it
         if row is not None:
-            out[name] = {"sqnr_db": _r(row.metrics.get("sqnr_db")), "diff_rate": row.metrics.get("diff_rate"),
+            out[name] = {"sqnr_db": _r(SQNR.value(row.metrics)), "diff_rate": row.metrics.get("diff_rate"),
                          "cosine": row.metrics.get("cosine"),
-                         "floor_sqnr_db": _r((row.floor_metrics or {}).get("sqnr_db"))}
+                         "floor_sqnr_db": _r(SQNR.value(row.floor_metrics))}
             top = found.top1.get(name)
             if top is not None:
                 out[name]["top1_agree"] = top.agree
@@ -220,9 +221,9 @@ def mark_first_failing(decision: Decision, rows: Iterable[TensorRow], th: Thresh
     for row in rows:
         if ref_name(row) != decision.first.tensor or row.status == "bad":
             continue
-        sqnr = row.metrics.get("sqnr_db")
+        sqnr = SQNR.value(row.metrics)
         if sqnr is not None:
-            row.excess_db = round(max(row.excess_db or 0.0, th.floor_cap_db - float(sqnr)), 2)
+            row.excess_db = round(max(row.excess_db or 0.0, SQNR.excess(sqnr, th.floor_cap_db)), 2)
         row.status = "bad"
     return decision
 
@@ -343,7 +344,7 @@ def unconfirmed_bug(found: Findings, th: Thresholds, ctx: Context) -> Decision |
         return None
     s0 = open_[0].suspect
     first = found.rows[s0.tensor]
-    if not ((first.metrics.get("sqnr_db") or 0.0) < 20.0 and s0.jump_db >= 2 * th.jump_db):
+    if not ((SQNR.value(first.metrics) or 0.0) < SQNR.broken_below and s0.jump_db >= 2 * th.jump_db):
         return None
     return Decision("real_bug", "none", 0.45, {**ops_evidence(found, ctx), **_row_evidence(first)},
                     FirstFailing(tensor=ref_name(first), op=first.op, op_type=first.op_type,
@@ -464,7 +465,7 @@ def _bug(found: Findings, hit: Finding, base: dict[str, Any]) -> Decision:
     if kind == "input_not_copied":
         pattern = "zero_input"  # the input is what is missing; "bias only" is how it shows (in the evidence)
     confidence = 0.6
-    if le.sqnr_db is not None and le.sqnr_db < 20.0:
+    if le.sqnr_db is not None and le.sqnr_db < SQNR.broken_below:
         confidence += 0.2
     if hit.best is not None:
         confidence += 0.15
