@@ -21,7 +21,7 @@ from qnn_debug.compare.checks import rerun_suspects
 from qnn_debug.compare.importers import open_reference, open_target
 from qnn_debug.compare.localise import localise
 from qnn_debug.compare.options import CompareOptions
-from qnn_debug.compare.patterns import find_patterns
+from qnn_debug.compare.pattern_stage import find_patterns
 from qnn_debug.compare.pipeline import compare_paths
 from qnn_debug.compare.rows import measure
 from qnn_debug.compare.verdict import Findings, name_on_target, note_unchecked

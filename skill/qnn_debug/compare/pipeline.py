@@ -5,8 +5,8 @@
    check the graph inputs' copies, detect a quantized target;
 3. localise (:mod:`.localise`): suspects where the excess over the floor jumps;
 4. local re-run (:mod:`.checks`): re-run each suspect on the target's own inputs until one is wrong;
-5. patterns (:mod:`.patterns`): which wrong semantics reproduce it; an op leaving the fp16 range, an
-   encoding that clips;
+5. patterns (:mod:`.pattern_stage` over :mod:`.patterns`): which wrong semantics reproduce it; an op leaving
+   the fp16 range, an encoding that clips;
 6. verdict (:mod:`.rules` over :mod:`.verdict`): the first verdict rule that holds gives kind, pattern,
    confidence, evidence and the first failing op — no words;
 7. wording (:mod:`.rules` over :mod:`.wording`): that rule's summary sentence and structured next steps.
@@ -32,7 +32,7 @@ from .checks import rerun_suspects
 from .importers import ReferenceSide, open_reference, open_target, target_kind
 from .localise import localise
 from .options import CompareOptions
-from .patterns import find_patterns
+from .pattern_stage import find_patterns
 from .rows import PREFETCH_AHEAD, measure
 from .schema import CompareResult
 from .top1 import top1_agreement

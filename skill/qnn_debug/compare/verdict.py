@@ -24,26 +24,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..runstore import Run
-from .checks import Finding
 from .criterion import SQNR
 from .drift import find_drift
 from .fusion import name_target_op
-from .input_checks import InputMismatch
-from .localise import OpNode, Suspect
+from .localise import Located, OpNode, Suspect
 from .overflow import Overflow
 from .quant_detect import RangeClip
 from .schema import FirstFailing, Pattern, TensorRow, VerdictKind
+from .stage_types import Finding, InputMismatch, Measured, PatternFindings, Rerun
 from .thresholds import OUTPUT_OK_DB, Thresholds
-
-if TYPE_CHECKING:
-    from .checks import Rerun
-    from .localise import Located
-    from .patterns import PatternFindings
-    from .rows import Measured
-    from .top1 import Top1
+from .top1 import Top1
 
 MAX_TRIALS_IN_EVIDENCE = 10
 __all__ = ["Context", "Decision", "Finding", "Findings", "InputMismatch", "bug", "checked", "claims_absence",
