@@ -15,16 +15,16 @@ import onnxruntime as ort
 import pytest
 
 from qnn_debug.baseline import run_baseline
-from qnn_debug.compare import wording
+from qnn_debug.compare import rules
 from qnn_debug.compare.align import align_runs
 from qnn_debug.compare.checks import rerun_suspects
 from qnn_debug.compare.importers import open_reference, open_target
 from qnn_debug.compare.localise import localise
 from qnn_debug.compare.options import CompareOptions
-from qnn_debug.compare.patterns import find_patterns
+from qnn_debug.compare.pattern_stage import find_patterns
 from qnn_debug.compare.pipeline import compare_paths
 from qnn_debug.compare.rows import measure
-from qnn_debug.compare.verdict import Findings, decide, name_on_target, note_unchecked
+from qnn_debug.compare.verdict import Findings, name_on_target, note_unchecked
 from qnn_debug.examples import small_cnn
 from qnn_debug.inject import inject
 from qnn_debug.onnx_graph import load_onnx, mark_all, producer_map
@@ -68,10 +68,10 @@ def test_stages_one_by_one_give_the_verdict_of_compare_paths(baseline: Path, tmp
     patterns = find_patterns(rerun, measured, located, ref, target)                                # 5. patterns
     findings = Findings.gather(measured, located, rerun, patterns, outputs=list(ref.record.outputs),
                                observer_effect_db=target.record.observer_effect_db, has_floor=side.floor is not None)
-    decision = decide(findings, th)                                                                # 6. verdict
+    decision = rules.decide(findings, th)                                                          # 6. verdict
     decision = name_on_target(decision, target, located.ops, located.graph_tensors(measured.rows))
     decision = note_unchecked(decision, located.suspects, len(rerun.findings))
-    verdict = wording.verdict(decision, findings, th)                                             # 7. wording
+    verdict = rules.verdict(decision, findings, th)                                               # 7. wording
 
     assert (decision.kind, decision.pattern, decision.confidence) == (
         whole.verdict.kind, whole.verdict.pattern, whole.verdict.confidence)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from next_steps_check import check_steps, text
+from qnn_debug.compare.rules import next_steps
 from qnn_debug.compare.schema import CompareResult, FirstFailing, TensorRow, Verdict
-from qnn_debug.compare.wording import next_steps
 from qnn_debug.next_step import NextStep, Var, command_line, step
 from qnn_debug.triage.models import NextStep as TriageNextStep
 

@@ -8,8 +8,6 @@ handed to the patterns stage with what it needs to test alternative semantics (:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,41 +15,11 @@ from ..progress import NULL_PROGRESS, Progress
 from ..runstore import QuantParams, Run
 from .align import load_in_reference_layout, match_layout
 from .local_error import Fetch, LocalRunError, ModelIndex, measure, prepare
-from .localise import OpNode, Suspect
-from .patterns import PatternContext, Trial
+from .localise import Located, Suspect
+from .patterns import PatternContext
 from .schema import LocalError, TensorRow
+from .stage_types import Confirmed, Finding, Rerun
 from .thresholds import Thresholds
-
-if TYPE_CHECKING:
-    from .localise import Located
-
-
-@dataclass
-class Finding:
-    """A suspect after its local re-run (and, once confirmed wrong, the patterns stage's answer)."""
-
-    suspect: Suspect
-    local: LocalError | None
-    best: Trial | None = None
-    trials: list[Trial] = field(default_factory=list)
-    reads_graph_input: bool = False
-    pinned: OpNode | None = None  # an op inside the re-run segment that the matching pattern edited
-
-
-@dataclass
-class Confirmed:
-    """The first suspect whose local re-run is wrong, with its re-run and target output for the pattern tests."""
-
-    finding: Finding
-    context: PatternContext | None  # None when the re-run's output cannot be laid over the target's
-
-
-@dataclass
-class Rerun:
-    """The local re-run stage's output: every suspect checked (in order), and the confirmed one if any."""
-
-    findings: list[Finding]
-    confirmed: Confirmed | None = None
 
 
 def rerun_suspects(located: Located, reference: Run, target: Run, rows: Mapping[str, TensorRow], *,

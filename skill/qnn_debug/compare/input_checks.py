@@ -7,8 +7,6 @@ a target fed other data than the reference (its own input recorded under the inp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..errors import BadInputError
@@ -17,19 +15,8 @@ from . import fmt
 from .align import Pair
 from .checks import quant_step
 from .schema import TensorRow, UnalignedRow
+from .stage_types import InputMismatch
 from .thresholds import Thresholds
-
-
-@dataclass
-class InputMismatch:
-    """A graph input whose first observation in the target (a backend copy) differs from the reference input."""
-
-    name: str  # the reference's graph input
-    observed_as: str  # the target tensor that holds it
-    sqnr_db: float | None
-    constant: float | None = None  # the copy's single value when every element is the same
-    nonfinite: int = 0  # NaN/Inf elements in the copy
-    size: int = 0
 
 
 def check_inputs(ref: Run, target: Run, pairs: list[Pair], rows: list[TensorRow], th: Thresholds, *,

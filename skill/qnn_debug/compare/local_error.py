@@ -20,6 +20,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..onnx_graph import fp16_floor, np_dtype_name, tensor_elem_types
+from .criterion import SQNR
 from .metrics import error_stats, metric_values
 from .schema import LocalError
 from .thresholds import Thresholds
@@ -213,14 +214,11 @@ def local_ok(le: LocalError, op_type: str, *, quantized: bool, th: Thresholds) -
         return (le.max_abs or 0.0) == 0.0
     if le.max_abs is not None and le.max_abs <= th.op_abs_tol.get(op_type, 0.0):
         return True
-    if quantized:
-        return le.sqnr_db >= th.quant_local_ok_db or (le.max_err_lsb is not None and le.max_err_lsb <= th.quant_lsb_ok)
-    return le.sqnr_db >= local_limit_db(le, th)
+    return (SQNR.local_ok(le.sqnr_db, le.expected_sqnr_db, quantized=quantized, th=th)
+            or (quantized and le.max_err_lsb is not None and le.max_err_lsb <= th.quant_lsb_ok))
 
 
 def local_limit_db(le: LocalError, th: Thresholds) -> float:
     """The local SQNR an fp16 op must reach; an op whose own fp16 floor is poor is allowed that much less."""
-    if le.expected_sqnr_db is None:
-        return th.local_ok_db
-    return min(th.local_ok_db, le.expected_sqnr_db - th.excess_ok_db)
+    return SQNR.local_limit(le.expected_sqnr_db, th)
 

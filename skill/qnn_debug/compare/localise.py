@@ -16,6 +16,7 @@ from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .criterion import SQNR
 from .schema import MetricValues, TensorRow, TensorStatus
 from .thresholds import Thresholds
 
@@ -75,18 +76,16 @@ def judge_tensor(metrics: MetricValues, floor_metrics: MetricValues | None, op_t
     """Excess over the (capped) floor and a status; op-specific absolute tolerances apply (Sigmoid, Softmax)."""
     if (metrics.get("ref_nonfinite") or 0) > 0:
         return TensorJudgement(None, "unknown")
-    expected = th.floor_cap_db
-    if floor_metrics is not None and floor_metrics.get("sqnr_db") is not None:
-        expected = min(expected, float(floor_metrics["sqnr_db"] or 0.0))
+    expected = SQNR.expected(floor_metrics, th)
     if (metrics.get("nan") or 0) + (metrics.get("inf") or 0) > 0:
         return TensorJudgement(max(expected, th.jump_db), "bad")
-    sqnr, max_abs = metrics.get("sqnr_db"), metrics.get("max_abs")
+    sqnr, max_abs = SQNR.value(metrics), metrics.get("max_abs")
     if sqnr is None or max_abs is None:
         return TensorJudgement(None, "unknown")
     abs_tol = th.op_abs_tol.get(op_type or "", 0.0)
     if max_abs <= max(abs_tol, TINY_ABS):
         return TensorJudgement(0.0, "ok")
-    excess = max(0.0, expected - float(sqnr))
+    excess = SQNR.excess(sqnr, expected)
     status: TensorStatus = "ok" if excess < th.excess_ok_db else ("degraded" if excess < th.jump_db else "bad")
     return TensorJudgement(excess, status)
 

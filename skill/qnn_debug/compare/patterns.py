@@ -19,24 +19,16 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..runstore import Run
 from .local_error import Fetch, LocalRun, LocalRunError
 from .metrics import error_stats, metric_values
-from .overflow import Overflow, find_overflow, reference_maxima
-from .quant_detect import RangeClip, find_range_clip
 from .rotary import alternatives, find_block
 from .thresholds import Thresholds
-
-if TYPE_CHECKING:
-    from .checks import Rerun
-    from .localise import Located
-    from .rows import Measured
 
 # Most specific first: when several trials match, the earlier pattern wins.
 PRIORITY = ["nan_inf", "zero_input", "bias_only", "rotary_layout", "wrong_coordinates", "wrong_semantics", "permutation",
@@ -430,31 +422,3 @@ def run_tests(ctx: PatternContext) -> tuple[Trial | None, list[Trial]]:
     best = min(matched, key=lambda t: (PRIORITY.index(t.pattern), t.complexity,
                                        -(t.sqnr_db if t.sqnr_db is not None else 0.0)))
     return best, trials
-
-
-@dataclass
-class PatternFindings:
-    """The patterns stage's output besides the confirmed op's match (written into its finding): the numerics
-    patterns, an op whose reference leaves the fp16 range (float targets) or an encoding that clips the data
-    (quantized targets)."""
-
-    overflow: Overflow | None = None
-    range_clip: RangeClip | None = None
-
-
-def find_patterns(rerun: Rerun, measured: Measured, located: Located, reference: Run, target: Run, *,
-                  semantics: bool = True) -> PatternFindings:
-    """Which wrong semantics reproduce the confirmed op (``semantics``), and the numerics patterns."""
-    confirmed = rerun.confirmed
-    if semantics and confirmed is not None and confirmed.context is not None:
-        finding = confirmed.finding
-        finding.best, finding.trials = run_tests(confirmed.context)
-        node = finding.best.details.get("node") if finding.best is not None else None
-        finding.pinned = next((op for op in finding.suspect.segment if op.name == node), None)
-    if measured.quantized:
-        return PatternFindings(range_clip=find_range_clip(measured.rows, reference, target,
-                                                          measured.detection.model_encodings))
-    model_nodes = located.index.nodes if located.index is not None else None
-    return PatternFindings(overflow=find_overflow(located.ops, measured.rows,
-                                                  reference_maxima(measured.all_rows, reference), reference, target,
-                                                  model_nodes=model_nodes))

@@ -5,10 +5,11 @@
    check the graph inputs' copies, detect a quantized target;
 3. localise (:mod:`.localise`): suspects where the excess over the floor jumps;
 4. local re-run (:mod:`.checks`): re-run each suspect on the target's own inputs until one is wrong;
-5. patterns (:mod:`.patterns`): which wrong semantics reproduce it; an op leaving the fp16 range, an
-   encoding that clips;
-6. verdict (:mod:`.verdict`): kind, pattern, confidence, evidence and the first failing op — no words;
-7. wording (:mod:`.wording`): the summary sentence and the structured next steps.
+5. patterns (:mod:`.pattern_stage` over :mod:`.patterns`): which wrong semantics reproduce it; an op leaving
+   the fp16 range, an encoding that clips;
+6. verdict (:mod:`.rules` over :mod:`.verdict`): the first verdict rule that holds gives kind, pattern,
+   confidence, evidence and the first failing op — no words;
+7. wording (:mod:`.rules` over :mod:`.wording`): that rule's summary sentence and structured next steps.
 
 ``compare_paths`` adds the file handling around it (baseline dirs, MNN dumps, ``.npz`` targets, report files).
 """
@@ -25,18 +26,18 @@ from ..errors import BadInputError
 from ..htp_fp16 import Fp16Codes
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import MNN_DIR, Run, atomic_write_text, sha256_file
-from . import wording
+from . import rules
 from .align import align_runs
 from .checks import rerun_suspects
 from .importers import ReferenceSide, open_reference, open_target, target_kind
 from .localise import localise
 from .options import CompareOptions
-from .patterns import find_patterns
+from .pattern_stage import find_patterns
 from .rows import PREFETCH_AHEAD, measure
 from .schema import CompareResult
 from .top1 import top1_agreement
 from .trust import mark_trust
-from .verdict import Findings, decide, mark_first_failing, name_on_target, note_unchecked
+from .verdict import Findings, mark_first_failing, name_on_target, note_unchecked
 
 __all__ = ["PREFETCH_AHEAD", "CompareOptions", "compare_paths", "compare_runs", "resolve_model"]
 
@@ -71,7 +72,7 @@ def compare_paths(reference: str | Path, target: str | Path, *, model: str | Pat
                               options=options, progress=progress, model_note=note,
                               mnn_model=str(guess) if guess else None)
         result.target = str(target)
-        result.next_steps = wording.next_steps(result)  # its commands name the target as the user gave it
+        result.next_steps = rules.next_steps(result)  # its commands name the target as the user gave it
         if report is not None:
             from .report import write_report
 
@@ -171,7 +172,7 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
     findings = Findings.gather(measured, located, rerun, patterns, outputs=list(ref.record.outputs),
                                observer_effect_db=target.record.observer_effect_db, has_floor=side.floor is not None,
                                top1=top1_agreement(ref, target, ref.record.outputs, measured.rows))
-    decision = decide(findings, th)
+    decision = rules.decide(findings, th)
     decision = name_on_target(decision, target, located.ops, located.graph_tensors(measured.rows))
     decision = note_unchecked(decision, located.suspects, len(rerun.findings))
     decision = mark_first_failing(decision, measured.all_rows, th)
@@ -183,7 +184,7 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
         reference=str(ref.dir), target=str(target.dir), target_kind=target_kind,
         floor=str(side.floor.dir) if side.floor is not None else None, model=model_path, mnn_model=mnn_model,
         precision=target.record.precision, first_failing=decision.first,
-        verdict=wording.verdict(decision, findings, th), tensors=sorted(measured.all_rows, key=lambda r: r.position),
+        verdict=rules.verdict(decision, findings, th), tensors=sorted(measured.all_rows, key=lambda r: r.position),
         observer_effect_db=target.record.observer_effect_db, unaligned=aligned.unaligned,
         counts={"reference_tensors": len(ref.tensors), "target_tensors": len(target.tensors),
                 "aligned": len(measured.all_rows), "aliases": sum(r.stands_for is not None for r in measured.all_rows),
@@ -192,5 +193,5 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
                 "floor_aligned": sum(r.floor_metrics is not None for r in measured.all_rows)},
         warnings=warnings, thresholds=th.model_dump(), elapsed_s=round(time.monotonic() - t_start, 3),
     )
-    result.next_steps = wording.next_steps(result)
+    result.next_steps = rules.next_steps(result)
     return mark_trust(result, side)

@@ -13,37 +13,22 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import Run
 from .align import Aligned, Pair, prefetch_pair, shared_reference_stats
 from .importers import ReferenceSide
-from .input_checks import InputMismatch, check_inputs, uncompared
+from .input_checks import check_inputs, uncompared
 from .localise import judge_tensor
 from .metrics import ScratchArrays, metric_values
 from .options import CompareOptions
-from .quant_detect import QuantDetection
 from .quant_detect import detect as detect_quantization
 from .schema import MetricValues, TensorRow
+from .stage_types import Measured
 from .thresholds import Thresholds
 
 PREFETCH_AHEAD = 4  # tensors whose files the kernel reads ahead of the comparison
-
-
-@dataclass
-class Measured:
-    """The metrics stage's output."""
-
-    all_rows: list[TensorRow]  # every aligned pair, aliases included, in the target's execution order
-    rows: dict[str, TensorRow]  # reference tensor -> its first observation (the row localisation uses)
-    quantized: bool
-    detection: QuantDetection
-    zero_inputs: dict[str, list[str]] = field(default_factory=dict)  # graph input -> target tensors holding zeros
-    input_mismatches: list[InputMismatch] = field(default_factory=list)
-    uncompared: list[str] = field(default_factory=list)  # tensors the target holds that could not be judged
-    warnings: list[str] = field(default_factory=list)  # inputs, disagreeing observations, uncompared, bad reference
 
 
 def measure(side: ReferenceSide, target: Run, aligned: Aligned, opts: CompareOptions, *, model: Any = None,

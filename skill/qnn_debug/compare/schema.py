@@ -154,5 +154,5 @@ class CompareResult(BaseModel):
     elapsed_s: float | None = None
 
     # What to run next for this verdict (MCP tool, runnable CLI line, why with the numbers and playbooks):
-    # derived from the rest of the result by ``compare.wording.next_steps`` once the result is final.
+    # derived from the rest of the result by ``compare.rules.next_steps`` once the result is final.
     next_steps: list[NextStep] = Field(default_factory=list)

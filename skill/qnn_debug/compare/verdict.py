@@ -1,8 +1,9 @@
 """The verdict stage: from the findings of a comparison to kind, pattern, confidence, evidence and first failing op.
 
-Only decisions and numbers live here; :mod:`.wording` turns a :class:`Decision` into the summary sentence and
-the next steps. Decision order (never from end-to-end error or cosine alone — cosine recovers with depth
-while the error stays):
+Only decisions and numbers live here; :mod:`.wording` has the sentences and next steps, and :mod:`.rules` binds
+each decision below to its sentence and steps as one rule object, in this order (the registry holds the order; a
+new rule is one object registered there). Never from end-to-end error or cosine alone — cosine recovers with
+depth while the error stays:
 1. the target's copy of a graph input is all zeros → ``input_not_copied`` (MNN ``shapeMutable=true``), the
    first failing op being the first op that reads that input; its first observation (a backend copy) differs
    otherwise → ``input_not_copied`` with moderate confidence: other baseline data or an uncopied input, and
@@ -23,35 +24,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 from ..runstore import Run
-from .checks import Finding
+from .criterion import SQNR
 from .drift import find_drift
 from .fusion import name_target_op
-from .input_checks import InputMismatch
-from .localise import OpNode, Suspect
+from .localise import Located, OpNode, Suspect
 from .overflow import Overflow
 from .quant_detect import RangeClip
 from .schema import FirstFailing, Pattern, TensorRow, VerdictKind
+from .stage_types import Finding, InputMismatch, Measured, PatternFindings, Rerun
 from .thresholds import OUTPUT_OK_DB, Thresholds
-
-if TYPE_CHECKING:
-    from .checks import Rerun
-    from .localise import Located
-    from .patterns import PatternFindings
-    from .rows import Measured
-    from .top1 import Top1
+from .top1 import Top1
 
 MAX_TRIALS_IN_EVIDENCE = 10
-__all__ = ["Decision", "Finding", "Findings", "InputMismatch", "Rule", "checked", "claims_absence", "decide",
-           "degraded_outputs", "end_to_end", "floor_fails", "mark_first_failing", "name_on_target", "note_unchecked",
-           "poor_floor_outputs", "ref_name", "top1_misses", "unresolved"]
-
-# Which rule decided: the wording module words each one.
-Rule = Literal["zero_input", "input_mismatch", "encoding_range", "fp16_range", "bug", "unconfirmed_bug",
-               "quantization", "precision", "poor_floor", "ok"]
-
+__all__ = ["Context", "Decision", "Finding", "Findings", "InputMismatch", "bug", "checked", "claims_absence",
+           "context", "degraded_outputs", "discount_uncompared", "encoding_range", "end_to_end", "finish_ops",
+           "floor_fails", "fp16_range", "healthy", "input_mismatch", "mark_first_failing", "name_on_target",
+           "note_unchecked", "ops_evidence", "poor_floor", "poor_floor_outputs", "precision", "quantization",
+           "ref_name", "top1_misses", "unconfirmed_bug", "unresolved", "zero_input"]
 
 @dataclass
 class Findings:
@@ -101,7 +93,7 @@ class Decision:
     confidence: float
     evidence: dict[str, Any]
     first: FirstFailing | None
-    rule: Rule
+    rule: str  # the name of the rule that decided (:mod:`.rules`): its sentence and next steps are its own
     hit: Finding | None = None  # the finding a bug verdict rests on
     worst: TensorRow | None = None  # the row furthest beyond the floor
 
@@ -119,78 +111,87 @@ def _row_evidence(row: TensorRow) -> dict[str, Any]:
     m, f = row.metrics, row.floor_metrics or {}
     seen = {"observed_as": row.name} if row.stands_for else {}
     return {"tensor": ref_name(row), **seen, "op": row.op, "op_type": row.op_type, "position": row.position,
-            "target_sqnr_db": _r(m.get("sqnr_db")), "floor_sqnr_db": _r(f.get("sqnr_db")),
+            "target_sqnr_db": _r(SQNR.value(m)), "floor_sqnr_db": _r(SQNR.value(f)),
             "target_diff_rate": m.get("diff_rate"), "floor_diff_rate": f.get("diff_rate"),
             "cosine": m.get("cosine"), "excess_db": _r(row.excess_db), "jump_db": _r(row.jump_db)}
 
 
-def end_to_end(fs: Findings) -> dict[str, Any]:
+def end_to_end(found: Findings) -> dict[str, Any]:
     """The graph outputs as the application reads them: SQNR, diff rate, cosine and the floor's SQNR."""
     out = {}
-    direct = {r.name: r for r in fs.every_row() if r.stands_for is None}
-    for name in fs.outputs:
-        row = direct.get(name) or fs.rows.get(name)  # the output as the application reads it
+    direct = {r.name: r for r in found.every_row() if r.stands_for is None}
+    for name in found.outputs:
+        row = direct.get(name) or found.rows.get(name)  # the output as the application reads it
         if row is not None:
-            out[name] = {"sqnr_db": _r(row.metrics.get("sqnr_db")), "diff_rate": row.metrics.get("diff_rate"),
+            out[name] = {"sqnr_db": _r(SQNR.value(row.metrics)), "diff_rate": row.metrics.get("diff_rate"),
                          "cosine": row.metrics.get("cosine"),
-                         "floor_sqnr_db": _r((row.floor_metrics or {}).get("sqnr_db"))}
-            top = fs.top1.get(name)
+                         "floor_sqnr_db": _r(SQNR.value(row.floor_metrics))}
+            top = found.top1.get(name)
             if top is not None:
                 out[name]["top1_agree"] = top.agree
                 out[name]["top1_positions"] = top.positions
     return out
 
 
-def _worst(fs: Findings) -> TensorRow | None:
-    judged = [r for r in fs.every_row() if r.excess_db is not None]
+def _worst(found: Findings) -> TensorRow | None:
+    judged = [r for r in found.every_row() if r.excess_db is not None]
     return max(judged, key=lambda r: r.excess_db or 0.0) if judged else None
 
 
-def _confirmed(fs: Findings) -> Finding | None:
-    for f in fs.findings:
+def _confirmed(found: Findings) -> Finding | None:
+    for f in found.findings:
         if f.local is not None and f.local.ok is False:
             return f
     return None
 
 
-def checked(fs: Findings) -> list[Finding]:
+def checked(found: Findings) -> list[Finding]:
     """Suspects whose re-run gave an answer (ok or not)."""
-    return [f for f in fs.findings if f.local is not None and f.local.ok is not None]
+    return [f for f in found.findings if f.local is not None and f.local.ok is not None]
 
 
-def unresolved(fs: Findings) -> list[Finding]:
+def unresolved(found: Findings) -> list[Finding]:
     """Suspects that could not be re-run."""
-    return [f for f in fs.findings if f.local is None or f.local.ok is None]
+    return [f for f in found.findings if f.local is None or f.local.ok is None]
 
 
-def decide(fs: Findings, th: Thresholds) -> Decision:
-    base: dict[str, Any] = {"end_to_end": end_to_end(fs)}
-    if not fs.has_floor:
+@dataclass
+class Context:
+    """What every verdict rule reads besides the findings: the evidence all verdicts carry, the tensor furthest
+    beyond the floor and the first suspect whose local re-run says it is wrong."""
+
+    base: dict[str, Any]  # end to end, the floor note, the observer effect, the worst excess
+    worst: TensorRow | None
+    hit: Finding | None
+    quantized_by: list[str]
+
+    def evidence(self) -> dict[str, Any]:
+        """The shared evidence past the input checks: with what says the target is quantized."""
+        return {**self.base, "quantized_by": self.quantized_by} if self.quantized_by else dict(self.base)
+
+
+def context(found: Findings, th: Thresholds) -> Context:
+    """The rules' shared input, computed once per comparison."""
+    base: dict[str, Any] = {"end_to_end": end_to_end(found)}
+    if not found.has_floor:
         base["floor"] = f"none: tensors judged against {th.floor_cap_db:g} dB SQNR"
-    if fs.observer_effect_db:
-        base["observer_effect_db"] = fs.observer_effect_db
-    worst = _worst(fs)
+    if found.observer_effect_db:
+        base["observer_effect_db"] = found.observer_effect_db
+    worst = _worst(found)
     if worst is not None:
         base["worst_excess"] = {"tensor": worst.name, "excess_db": _r(worst.excess_db)}
+    return Context(base, worst, _confirmed(found), list(found.quantized_by))
 
-    if fs.zero_inputs:
-        return _zero_input(fs, base)
-    if fs.input_mismatches:
-        return _input_mismatch(fs, base)
-    if fs.quantized_by:
-        base["quantized_by"] = fs.quantized_by
-    hit = _confirmed(fs)
-    if fs.range_clip is not None and (hit is None or hit.suspect.op.position >= fs.range_clip.row.position):
-        return _discount_uncompared(_range_clip(fs, base, hit), fs)
-    if fs.overflow is not None and (hit is None or hit.suspect.op.position >= fs.overflow.op.position):
-        return _discount_uncompared(_overflow(fs, base, hit), fs)
-    decision = _decide_ops(fs, th, base, worst)
-    decision.worst = worst
-    if not fs.quantized:
-        drift = find_drift(list(fs.rows.values()), th)
+
+def finish_ops(decision: Decision, found: Findings, th: Thresholds, ctx: Context) -> Decision:
+    """What a verdict about the ops also carries: the worst tensor, the drift note (float targets), and the
+    discount for tensors that could not be compared."""
+    decision.worst = ctx.worst
+    if not found.quantized:
+        drift = find_drift(list(found.rows.values()), th)
         if drift is not None:
             decision.evidence["drift"] = drift
-    return _discount_uncompared(decision, fs)
+    return discount_uncompared(decision, found)
 
 
 def name_on_target(decision: Decision, target: Run, ops: list[OpNode], seen: Iterable[str]) -> Decision:
@@ -213,9 +214,9 @@ def mark_first_failing(decision: Decision, rows: Iterable[TensorRow], th: Thresh
     for row in rows:
         if ref_name(row) != decision.first.tensor or row.status == "bad":
             continue
-        sqnr = row.metrics.get("sqnr_db")
+        sqnr = SQNR.value(row.metrics)
         if sqnr is not None:
-            row.excess_db = round(max(row.excess_db or 0.0, th.floor_cap_db - float(sqnr)), 2)
+            row.excess_db = round(max(row.excess_db or 0.0, SQNR.excess(sqnr, th.floor_cap_db)), 2)
         row.status = "bad"
     return decision
 
@@ -228,10 +229,10 @@ def note_unchecked(decision: Decision, suspects: list[Suspect], rerun: int) -> D
     return decision
 
 
-def _range_clip(fs: Findings, base: dict[str, Any], hit: Finding | None) -> Decision:
+def _range_clip(found: Findings, base: dict[str, Any], hit: Finding | None) -> Decision:
     """A device encoding narrower than the data: quantization, located at that tensor (not a wrong op: the
     target is the reference clipped at the encoding's range)."""
-    c = fs.range_clip
+    c = found.range_clip
     assert c is not None
     row = c.row
     ev: dict[str, Any] = {**base, **_row_evidence(row), "encoding_range": c.evidence()}
@@ -243,10 +244,10 @@ def _range_clip(fs: Findings, base: dict[str, Any], hit: Finding | None) -> Deci
     return Decision("quantization", "encoding_range", 0.85, ev, first, "encoding_range")
 
 
-def _overflow(fs: Findings, base: dict[str, Any], hit: Finding | None) -> Decision:
+def _overflow(found: Findings, base: dict[str, Any], hit: Finding | None) -> Decision:
     """The model is not fp16-safe: the first op leaving the fp16 range is where the run goes wrong, whatever
     its local re-run says (an fp32 re-run of an op whose result fp16 cannot hold always disagrees)."""
-    o = fs.overflow
+    o = found.overflow
     assert o is not None
     ev: dict[str, Any] = {**base, "fp16_range": o.evidence()}
     if o.row is not None:
@@ -272,12 +273,12 @@ def floor_fails(decision: Decision) -> float | None:
     return min(floors) if floors and min(floors) < OUTPUT_OK_DB else None
 
 
-def _discount_uncompared(decision: Decision, fs: Findings) -> Decision:
+def discount_uncompared(decision: Decision, found: Findings) -> Decision:
     """A verdict that could not see some tensors the model produces must not claim to have checked them all
     (a verdict that found a fault stands: what it found does not depend on the unseen tensors)."""
-    if not fs.uncompared:
+    if not found.uncompared:
         return decision
-    decision.evidence["not_compared"] = fs.uncompared[:10]
+    decision.evidence["not_compared"] = found.uncompared[:10]
     if claims_absence(decision):  # claims of absence: they rest on every tensor
         decision.confidence = round(min(decision.confidence, 0.5), 2)
     return decision
@@ -288,108 +289,157 @@ def claims_absence(decision: Decision) -> bool:
     return decision.kind in ("ok", "precision", "quantization")
 
 
-def _decide_ops(fs: Findings, th: Thresholds, base: dict[str, Any], worst: TensorRow | None) -> Decision:
-    """The verdict from the ops once the inputs are known to be right: a confirmed bug, quantization,
-    precision or ok."""
-    hit = _confirmed(fs)
-    if hit is not None:
-        return _bug(fs, hit, base)
+# --- the rules' decisions: each returns None when its case does not hold (see :mod:`.rules` for the order) ---
 
-    done, open_ = checked(fs), unresolved(fs)
-    suspects = [f.suspect for f in fs.findings]
-    ev = {**base, "suspects_checked": [
-        {**_row_evidence(fs.rows[f.suspect.tensor]), "local_sqnr_db": _r(f.local.sqnr_db if f.local else None),
+def zero_input(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    return _zero_input(found, ctx.base) if found.zero_inputs else None
+
+
+def input_mismatch(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    return _input_mismatch(found, ctx.base) if found.input_mismatches else None
+
+
+def encoding_range(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    """A clipping encoding, unless a confirmed wrong op comes before it."""
+    clip, hit = found.range_clip, ctx.hit
+    if clip is None or (hit is not None and hit.suspect.op.position < clip.row.position):
+        return None
+    return _range_clip(found, ctx.evidence(), hit)
+
+
+def fp16_range(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    """The first op leaving the fp16 range, unless a confirmed wrong op comes before it."""
+    over, hit = found.overflow, ctx.hit
+    if over is None or (hit is not None and hit.suspect.op.position < over.op.position):
+        return None
+    return _overflow(found, ctx.evidence(), hit)
+
+
+def bug(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    return _bug(found, ctx.hit, ctx.evidence()) if ctx.hit is not None else None
+
+
+def ops_evidence(found: Findings, ctx: Context) -> dict[str, Any]:
+    """The evidence of a verdict on the ops with no confirmed wrong op: the suspects and what their re-runs said."""
+    ev = {**ctx.evidence(), "suspects_checked": [
+        {**_row_evidence(found.rows[f.suspect.tensor]), "local_sqnr_db": _r(f.local.sqnr_db if f.local else None),
          "local_ok": f.local.ok if f.local else None, "local_max_err_lsb": f.local.max_err_lsb if f.local else None}
-        for f in fs.findings[:5]]}
-    if fs.local_unavailable:
-        ev["local_error"] = fs.local_unavailable
-    if open_:
-        s0 = open_[0].suspect
-        first = fs.rows[s0.tensor]
-        if (first.metrics.get("sqnr_db") or 0.0) < 20.0 and s0.jump_db >= 2 * th.jump_db:
-            # no way to re-run the op: a huge jump is still most likely a bug, but say how sure we are
-            return Decision("real_bug", "none", 0.45, {**ev, **_row_evidence(first)},
-                            FirstFailing(tensor=ref_name(first), op=first.op, op_type=first.op_type,
-                                         position=first.position, observed_as=first.name if first.stands_for else None),
-                            "unconfirmed_bug", hit=open_[0])
-    if fs.quantized:
-        return Decision("quantization", "none", 0.85 if done else 0.7, {**ev, "checked_ops": len(done)}, None,
-                        "quantization")
-    if _degraded(fs, th, worst) or suspects:
-        return Decision("precision", "none", 0.55 if open_ else 0.75, ev, None, "precision")
-    poor = poor_floor_outputs(fs, th)
-    if poor:
-        return Decision("precision", "none", 0.7, {**ev, "poor_floor_outputs": dict(poor)}, None, "poor_floor")
-    return Decision("ok", "none", 0.9 if fs.rows else 0.3, ev, None, "ok")
+        for f in found.findings[:5]]}
+    if found.local_unavailable:
+        ev["local_error"] = found.local_unavailable
+    return ev
 
 
-def degraded_outputs(fs: Findings, th: Thresholds) -> list[TensorRow]:
+def unconfirmed_bug(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    """No way to re-run the op: a huge jump is still most likely a bug, but say how sure we are."""
+    open_ = unresolved(found)
+    if not open_:
+        return None
+    s0 = open_[0].suspect
+    first = found.rows[s0.tensor]
+    if not ((SQNR.value(first.metrics) or 0.0) < SQNR.broken_below and s0.jump_db >= 2 * th.jump_db):
+        return None
+    return Decision("real_bug", "none", 0.45, {**ops_evidence(found, ctx), **_row_evidence(first)},
+                    FirstFailing(tensor=ref_name(first), op=first.op, op_type=first.op_type,
+                                 position=first.position, observed_as=first.name if first.stands_for else None),
+                    "unconfirmed_bug", hit=open_[0])
+
+
+def quantization(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    if not found.quantized:
+        return None
+    done = checked(found)
+    return Decision("quantization", "none", 0.85 if done else 0.7,
+                    {**ops_evidence(found, ctx), "checked_ops": len(done)}, None, "quantization")
+
+
+def precision(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    """Clearly worse than the floor, or suspects that are fine locally: precision, no wrong op."""
+    if not (_degraded(found, th, ctx.worst) or found.findings):
+        return None
+    return Decision("precision", "none", 0.55 if unresolved(found) else 0.75, ops_evidence(found, ctx), None,
+                    "precision")
+
+
+def poor_floor(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    poor = poor_floor_outputs(found, th)
+    if not poor:
+        return None
+    return Decision("precision", "none", 0.7, {**ops_evidence(found, ctx), "poor_floor_outputs": dict(poor)}, None,
+                    "poor_floor")
+
+
+def healthy(found: Findings, th: Thresholds, ctx: Context) -> Decision:
+    return Decision("ok", "none", 0.9 if found.rows else 0.3, ops_evidence(found, ctx), None, "ok")
+
+
+def degraded_outputs(found: Findings, th: Thresholds) -> list[TensorRow]:
     """Graph outputs (as the application reads them) beyond the floor by ``excess_ok_db`` or more."""
-    direct = {r.name: r for r in fs.every_row() if r.stands_for is None}
-    rows = [direct.get(n) or fs.rows.get(n) for n in fs.outputs]
+    direct = {r.name: r for r in found.every_row() if r.stands_for is None}
+    rows = [direct.get(n) or found.rows.get(n) for n in found.outputs]
     return [r for r in rows if r is not None and (r.excess_db or 0.0) >= th.excess_ok_db]
 
 
-def top1_misses(fs: Findings) -> dict[str, Top1]:
+def top1_misses(found: Findings) -> dict[str, Top1]:
     """Graph outputs whose argmax differs from the reference's at some position."""
-    return {n: t for n, t in fs.top1.items() if t.agree < t.positions}
+    return {n: t for n, t in found.top1.items() if t.agree < t.positions}
 
 
-def _degraded(fs: Findings, th: Thresholds, worst: TensorRow | None) -> bool:
+def _degraded(found: Findings, th: Thresholds, worst: TensorRow | None) -> bool:
     """Worse than an fp16 run should be: judged at the outputs when they were compared, else at the worst tensor."""
     if worst is None or (worst.excess_db or 0.0) < th.excess_ok_db:
-        return bool(top1_misses(fs))
-    direct = {r.name for r in fs.every_row() if r.stands_for is None} | set(fs.rows)
-    if not any(n in direct for n in fs.outputs):
+        return bool(top1_misses(found))
+    direct = {r.name for r in found.every_row() if r.stands_for is None} | set(found.rows)
+    if not any(n in direct for n in found.outputs):
         return True  # no output to judge by: the worst tensor decides, as it always did
-    return bool(degraded_outputs(fs, th) or top1_misses(fs) or any(r.status == "bad" for r in fs.every_row()))
+    return bool(degraded_outputs(found, th) or top1_misses(found) or any(r.status == "bad" for r in found.every_row()))
 
 
-def poor_floor_outputs(fs: Findings, th: Thresholds) -> list[tuple[str, float]]:
+def poor_floor_outputs(found: Findings, th: Thresholds) -> list[tuple[str, float]]:
     """Graph outputs whose fp16-floor SQNR is below the acceptable level while the target is no better (a target
     that beats a broken floor, e.g. HTP holding values up to 131008 that the floor clips at 65504, is fine)."""
     out = []
-    for name, v in end_to_end(fs).items():
+    for name, v in end_to_end(found).items():
         db, own = v.get("floor_sqnr_db"), v.get("sqnr_db")
         if db is not None and db < th.output_ok_db and (own is None or own < th.output_ok_db):
             out.append((name, float(db)))
     return out
 
 
-def _zero_input(fs: Findings, base: dict[str, Any]) -> Decision:
+def _zero_input(found: Findings, base: dict[str, Any]) -> Decision:
     """The input never reached the target: the first op reading it is where the run goes wrong."""
-    name = fs.zero_inputs[0]
-    consumer = fs.input_consumers.get(name)
+    name = found.zero_inputs[0]
+    consumer = found.input_consumers.get(name)
     ev: dict[str, Any] = {**base, "input": name, "first_consumer": consumer.name if consumer else None,
-                          "zero_observations": fs.zero_observations.get(name, [name]),
+                          "zero_observations": found.zero_observations.get(name, [name]),
                           "detail": "the target's copy of this graph input is all zeros while the reference input is not"}
-    ev, first = _at_consumer(fs, name, ev)
+    ev, first = _at_consumer(found, name, ev)
     return Decision("input_not_copied", "zero_input", 0.95, ev, first, "zero_input")
 
 
-def _input_mismatch(fs: Findings, base: dict[str, Any]) -> Decision:
+def _input_mismatch(found: Findings, base: dict[str, Any]) -> Decision:
     """The error starts at a graph input, before any op: either the baseline used other data or the input
     was not copied into the QNN graph; nothing in the comparison tells the two apart, so say both."""
-    m = fs.input_mismatches[0]
-    consumer = fs.input_consumers.get(m.name)
+    m = found.input_mismatches[0]
+    consumer = found.input_consumers.get(m.name)
     ev: dict[str, Any] = {**base, "input": m.name, "first_consumer": consumer.name if consumer else None,
                           "input_mismatch": {"input": m.name, "observed_as": m.observed_as, "sqnr_db": _r(m.sqnr_db),
                                              "constant": m.constant, "nonfinite": m.nonfinite},
                           "detail": "the target's first copy of this graph input differs from the reference input"}
-    if len(fs.input_mismatches) > 1:
-        ev["other_inputs"] = [o.name for o in fs.input_mismatches[1:]]
-    ev, first = _at_consumer(fs, m.name, ev)
+    if len(found.input_mismatches) > 1:
+        ev["other_inputs"] = [o.name for o in found.input_mismatches[1:]]
+    ev, first = _at_consumer(found, m.name, ev)
     return Decision("input_not_copied", "constant" if m.constant is not None else "none", 0.6, ev, first,
                     "input_mismatch")
 
 
-def _at_consumer(fs: Findings, name: str, ev: dict[str, Any]) -> tuple[dict[str, Any], FirstFailing]:
+def _at_consumer(found: Findings, name: str, ev: dict[str, Any]) -> tuple[dict[str, Any], FirstFailing]:
     """First failing = the first op reading graph input ``name`` (with its numbers), else the input itself."""
-    consumer = fs.input_consumers.get(name)
+    consumer = found.input_consumers.get(name)
     first = FirstFailing(tensor=name, op=None, op_type=None, position=-1)
     if consumer is not None:
         out = consumer.outputs[0] if consumer.outputs else name
-        row = fs.rows.get(out)
+        row = found.rows.get(out)
         if row is not None:  # its numbers, as for any first failing op (the input itself is in "input")
             ev = {**ev, **_row_evidence(row)}
         first = FirstFailing(tensor=out, op=consumer.name, op_type=consumer.op_type, position=consumer.position,
@@ -397,9 +447,9 @@ def _at_consumer(fs: Findings, name: str, ev: dict[str, Any]) -> tuple[dict[str,
     return ev, first
 
 
-def _bug(fs: Findings, hit: Finding, base: dict[str, Any]) -> Decision:
+def _bug(found: Findings, hit: Finding, base: dict[str, Any]) -> Decision:
     s = hit.suspect
-    row = fs.rows[s.tensor]
+    row = found.rows[s.tensor]
     le = hit.local
     assert le is not None
     pattern: Pattern = hit.best.pattern if hit.best is not None else "none"  # type: ignore[assignment]
@@ -408,7 +458,7 @@ def _bug(fs: Findings, hit: Finding, base: dict[str, Any]) -> Decision:
     if kind == "input_not_copied":
         pattern = "zero_input"  # the input is what is missing; "bias only" is how it shows (in the evidence)
     confidence = 0.6
-    if le.sqnr_db is not None and le.sqnr_db < 20.0:
+    if le.sqnr_db is not None and le.sqnr_db < SQNR.broken_below:
         confidence += 0.2
     if hit.best is not None:
         confidence += 0.15
@@ -428,7 +478,7 @@ def _bug(fs: Findings, hit: Finding, base: dict[str, Any]) -> Decision:
     ev["trials"] = [{"pattern": t.pattern, "variant": t.variant, "sqnr_db": _r(t.sqnr_db), "matched": t.matched}
                     for t in sorted(hit.trials, key=lambda t: -(t.sqnr_db if t.sqnr_db is not None else 300.0))
                     [:MAX_TRIALS_IN_EVIDENCE]]
-    others = [f.suspect for f in fs.findings if f is not hit and f.local is not None and f.local.ok is False]
+    others = [f.suspect for f in found.findings if f is not hit and f.local is not None and f.local.ok is False]
     if others:
         ev["later_suspects"] = [{"tensor": o.tensor, "op": o.op.name, "jump_db": _r(o.jump_db)} for o in others[:5]]
     first = FirstFailing(tensor=ref_name(row), op=row.op, op_type=row.op_type, position=row.position, local_error=le,

@@ -2,6 +2,7 @@
 sentence, and a finished result becomes its next steps.
 
 Every sentence of a comparison is built here, from numbers the earlier stages measured; nothing here decides.
+Each verdict rule (:mod:`.rules`) uses one sentence function and one next-steps function from here.
 The summary states the verdict with its numbers (SQNR against the reference and the floor, local error,
 ranges, encodings) and what they mean.
 
@@ -52,21 +53,22 @@ if TYPE_CHECKING:
 
 # --- the summary sentence ----------------------------------------------------------------------------------
 
-def verdict(d: Decision, fs: Findings, th: Thresholds) -> Verdict:
-    """The public verdict: the decision's kind, pattern, confidence and evidence, with its summary."""
-    return Verdict(kind=d.kind, pattern=d.pattern, confidence=d.confidence, summary=summary(d, fs, th),
-                   evidence=d.evidence)
+def verdict(d: Decision, found: Findings, th: Thresholds, sentence: str) -> Verdict:
+    """The public verdict: the decision's kind, pattern, confidence and evidence, with its summary (``sentence``:
+    what the rule that decided says, see :mod:`.rules`)."""
+    return Verdict(kind=d.kind, pattern=d.pattern, confidence=d.confidence,
+                   summary=summary(d, found, th, sentence), evidence=d.evidence)
 
 
-def summary(d: Decision, fs: Findings, th: Thresholds) -> str:
+def summary(d: Decision, found: Findings, th: Thresholds, sentence: str) -> str:
     """The verdict in one paragraph: the rule's sentence, then the drift, unseen tensors and fused op notes."""
-    text = _SENTENCES[d.rule](d, fs, th)
+    text = sentence
     if "drift" in d.evidence and d.kind in ("ok", "precision"):
         text += drift_words(d.evidence["drift"])
-    if fs.uncompared and claims_absence(d):
+    if found.uncompared and claims_absence(d):
         text = text.replace("every tensor", "every compared tensor")
-        text += (f" {len(fs.uncompared)} tensor(s) the target holds could not be compared: "
-                 + "; ".join(fs.uncompared[:3]) + ".")
+        text += (f" {len(found.uncompared)} tensor(s) the target holds could not be compared: "
+                 + "; ".join(found.uncompared[:3]) + ".")
     if d.first is not None and d.first.fused is not None:
         text += fused_words(d.first)
     return text
@@ -91,42 +93,42 @@ def fused_words(first: FirstFailing) -> str:
             f"look up {f.op_type}.")
 
 
-def _floor(fs: Findings, th: Thresholds) -> str:
-    return "the fp16 floor" if fs.has_floor else f"a fixed fp16 level of {th.floor_cap_db:g} dB (no floor run)"
+def _floor(found: Findings, th: Thresholds) -> str:
+    return "the fp16 floor" if found.has_floor else f"a fixed fp16 level of {th.floor_cap_db:g} dB (no floor run)"
 
 
 def _op_words(row: TensorRow) -> str:
     return f"{row.op or row.name} ({row.op_type or '?'}, position {row.position})"
 
 
-def _below(row: TensorRow, fs: Findings, th: Thresholds) -> str:
+def _below(row: TensorRow, found: Findings, th: Thresholds) -> str:
     """'20.4 dB below the 60 dB fp16 level (the floor is exact; …)': the excess and what it is measured from."""
     return fmt.shortfall(row.excess_db, (row.floor_metrics or {}).get("sqnr_db"), th.floor_cap_db,
-                         has_floor=fs.has_floor, quantized=fs.quantized)
+                         has_floor=found.has_floor, quantized=found.quantized)
 
 
-def _quant_worst(row: TensorRow, fs: Findings, th: Thresholds) -> str:
+def _quant_worst(row: TensorRow, found: Findings, th: Thresholds) -> str:
     """The worst quantized tensor in words: what the fp16 floor means there, and that the step is the yardstick."""
     floor = (row.floor_metrics or {}).get("sqnr_db")
     head = f"the worst tensor {row.name!r} has SQNR {fmt.db_unit(row.metrics.get('sqnr_db'))} against the reference"
-    if fs.has_floor and floor is not None and floor >= th.floor_cap_db:
+    if found.has_floor and floor is not None and floor >= th.floor_cap_db:
         return (f"{head}, {fmt.amount(row.excess_db)} dB short of the {th.floor_cap_db:g} dB fp16 level; no fp16 floor "
                 f"applies there (fp16 rounding leaves its quantized values unchanged: the floor is "
                 f"{fmt.db_unit(floor)}), so the quantization step is the yardstick")
-    return f"{head}, {_below(row, fs, th)}, which is what quantization costs; the quantization step is the yardstick"
+    return f"{head}, {_below(row, found, th)}, which is what quantization costs; the quantization step is the yardstick"
 
 
-def _zero_input(d: Decision, fs: Findings, th: Thresholds) -> str:
-    name = fs.zero_inputs[0]
-    consumer = fs.input_consumers.get(name)
+def zero_input_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
+    name = found.zero_inputs[0]
+    consumer = found.input_consumers.get(name)
     reads = f"; {consumer.name} ({consumer.op_type}) is the first op to read it" if consumer else ""
     return (f"The model input {name!r} never reached the target: its copy there is all zeros{reads} (MNN online "
             f"QNN needs shapeMutable=false).")
 
 
-def _input_mismatch(d: Decision, fs: Findings, th: Thresholds) -> str:
-    m = fs.input_mismatches[0]
-    consumer = fs.input_consumers.get(m.name)
+def input_mismatch_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
+    m = found.input_mismatches[0]
+    consumer = found.input_consumers.get(m.name)
     if m.nonfinite:
         how = f"holds NaN/Inf ({m.nonfinite} of {m.size} values)"
     elif m.constant is not None:
@@ -141,8 +143,8 @@ def _input_mismatch(d: Decision, fs: Findings, th: Thresholds) -> str:
             f"downstream op is blamed.{reads}")
 
 
-def _encoding_range(d: Decision, fs: Findings, th: Thresholds) -> str:
-    c = fs.range_clip
+def encoding_range_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
+    c = found.range_clip
     assert c is not None
     row = c.row
     enc = (f"scale {c.scale:.4g}, offset {c.offset}" if c.scale is not None else
@@ -157,8 +159,8 @@ def _encoding_range(d: Decision, fs: Findings, th: Thresholds) -> str:
             f"{fmt.db_unit(c.raw_sqnr_db)}; elements inside the range: {fmt.db_unit(c.in_range_sqnr_db)}).")
 
 
-def _fp16_range(d: Decision, fs: Findings, th: Thresholds) -> str:
-    o = fs.overflow
+def fp16_range_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
+    o = found.overflow
     assert o is not None
     where = f"{o.op.name} ({o.op.op_type}, position {o.op.position})"
     if o.row is None:
@@ -193,17 +195,17 @@ def _fp16_range(d: Decision, fs: Findings, th: Thresholds) -> str:
             f"2^-{o.rescale_exponent()} around it (see next steps).")
 
 
-def _unconfirmed_bug(d: Decision, fs: Findings, th: Thresholds) -> str:
+def unconfirmed_bug_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     assert d.hit is not None
     s0 = d.hit.suspect
-    first = fs.rows[s0.tensor]
-    why = fs.local_unavailable or (d.hit.local.note if d.hit.local else None) or "no re-run"
+    first = found.rows[s0.tensor]
+    why = found.local_unavailable or (d.hit.local.note if d.hit.local else None) or "no re-run"
     return (f"{_op_words(first)} is the first op whose output departs from the reference "
-            f"({fmt.amount(s0.jump_db)} dB jump beyond {_floor(fs, th)}); it could not be re-run to confirm ({why}).")
+            f"({fmt.amount(s0.jump_db)} dB jump beyond {_floor(found, th)}); it could not be re-run to confirm ({why}).")
 
 
-def _quantization(d: Decision, fs: Findings, th: Thresholds) -> str:
-    done = checked(fs)
+def quantization_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
+    done = checked(found)
     if done:
         sq = [f.local.sqnr_db for f in done if f.local and f.local.sqnr_db is not None]
         lsb = [f.local.max_err_lsb for f in done if f.local and f.local.max_err_lsb is not None]
@@ -212,41 +214,41 @@ def _quantization(d: Decision, fs: Findings, th: Thresholds) -> str:
                   f"{f', worst {fmt.amount(max(lsb))} of the {th.quant_lsb_ok:g} quantization steps allowed' if lsb else ''})")
     else:
         clause = "no op's error jumps beyond what its inputs already carry"
-    worst_txt = _quant_worst(d.worst, fs, th) if d.worst else "no tensor could be judged"
+    worst_txt = _quant_worst(d.worst, found, th) if d.worst else "no tensor could be judged"
     return f"Quantization error, not a bug: {worst_txt}; {clause}."
 
 
-def _precision(d: Decision, fs: Findings, th: Thresholds) -> str:
-    worst, open_ = d.worst, unresolved(fs)
+def precision_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
+    worst, open_ = d.worst, unresolved(found)
     where = (f"the worst tensor {worst.name!r} has SQNR {fmt.db_unit(worst.metrics.get('sqnr_db'))}, "
-             f"{_below(worst, fs, th)}" if worst else f"the target is worse than {_floor(fs, th)}")
-    why = ("no op shows a jump beyond the floor" if not fs.findings else
+             f"{_below(worst, found, th)}" if worst else f"the target is worse than {_floor(found, th)}")
+    why = ("no op shows a jump beyond the floor" if not found.findings else
            "every suspect op reproduces the target on its own inputs" if not open_ else
            f"{len(open_)} suspect op(s) could not be re-run to tell (see evidence)")
-    misses = top1_misses(fs)
+    misses = top1_misses(found)
     top = ("; the target's top-1 differs from the reference's at " + ", ".join(
         f"{t.positions - t.agree} of {t.positions} positions of {n!r}" for n, t in list(misses.items())[:3])
         if misses else "")
     return f"Precision, not a wrong op: {where}, but {why}{top}."
 
 
-def _poor_floor(d: Decision, fs: Findings, th: Thresholds) -> str:
-    words = ", ".join(f"{n!r} {fmt.db_unit(db)}" for n, db in poor_floor_outputs(fs, th)[:3])
+def poor_floor_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
+    words = ", ".join(f"{n!r} {fmt.db_unit(db)}" for n, db in poor_floor_outputs(found, th)[:3])
     return (f"Precision: the target is at the fp16 floor, but the floor itself is not acceptable (graph output SQNR "
             f"{words}, below {th.output_ok_db:g} dB): no fp16 engine can run this as is.")
 
 
-def _ok(d: Decision, fs: Findings, th: Thresholds) -> str:
+def ok_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     worst = d.worst
     if worst is not None and (worst.excess_db or 0.0) >= th.excess_ok_db:
         return (f"Healthy: {_outputs_words(d, th)}; no op's error jumps beyond its inputs'. The worst tensor "
-                f"{worst.name!r} is {fmt.amount(worst.excess_db)} dB below {_floor(fs, th)} (under the "
+                f"{worst.name!r} is {fmt.amount(worst.excess_db)} dB below {_floor(found, th)} (under the "
                 f"{th.jump_db:g} dB that would fail it): fp16 rounding accumulated along the graph, which the "
                 f"outputs absorb.")
     if worst is not None and (worst.excess_db or 0.0) >= 0.05:
-        return (f"Healthy: every tensor is within {th.excess_ok_db:g} dB of {_floor(fs, th)} "
+        return (f"Healthy: every tensor is within {th.excess_ok_db:g} dB of {_floor(found, th)} "
                 f"(worst {worst.name!r}, {fmt.amount(worst.excess_db)} dB).")
-    return f"Healthy: every tensor is at the error level of {_floor(fs, th)}."
+    return f"Healthy: every tensor is at the error level of {_floor(found, th)}."
 
 
 def _outputs_words(d: Decision, th: Thresholds) -> str:
@@ -258,10 +260,10 @@ def _outputs_words(d: Decision, th: Thresholds) -> str:
     return f"the outputs are within {th.excess_ok_db:g} dB of the floor ({'; '.join(parts[:3])})"
 
 
-def _bug(d: Decision, fs: Findings, th: Thresholds) -> str:
+def bug_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     hit = d.hit
     assert hit is not None and hit.local is not None
-    row, le = fs.rows[hit.suspect.tensor], hit.local
+    row, le = found.rows[hit.suspect.tensor], hit.local
     words = _op_words(row)
     if hit.pinned is not None:  # the culprit is an op whose output the target never dumped
         p = hit.pinned
@@ -272,9 +274,9 @@ def _bug(d: Decision, fs: Findings, th: Thresholds) -> str:
     what = _pattern_words(d.pattern, hit.best)
     allowed = (f"{th.quant_lsb_ok:g} quantization steps (it is off by {fmt.amount(le.max_err_lsb)})"
                if le.max_err_lsb is not None else
-               f"≥ {fmt.db_unit(th.quant_local_ok_db)}" if fs.quantized else f"≥ {fmt.db_unit(local_limit_db(le, th))}")
+               f"≥ {fmt.db_unit(th.quant_local_ok_db)}" if found.quantized else f"≥ {fmt.db_unit(local_limit_db(le, th))}")
     return (f"{words} is the first failing op: {fmt.local_inputs(le.inputs)} it gives "
-            f"SQNR {fmt.db_unit(le.sqnr_db)} where {'quantization' if fs.quantized else 'fp16'} allows {allowed}"
+            f"SQNR {fmt.db_unit(le.sqnr_db)} where {'quantization' if found.quantized else 'fp16'} allows {allowed}"
             f"{'; ' + what if what else ''}.")
 
 
@@ -293,10 +295,6 @@ def _pattern_words(pattern: str, best: Trial | None) -> str:
         "constant": f"its output is constant ({best.variant})",
     }.get(pattern, best.variant)
 
-
-_SENTENCES = {"zero_input": _zero_input, "input_mismatch": _input_mismatch, "encoding_range": _encoding_range,
-              "fp16_range": _fp16_range, "bug": _bug, "unconfirmed_bug": _unconfirmed_bug,
-              "quantization": _quantization, "precision": _precision, "poor_floor": _poor_floor, "ok": _ok}
 
 
 # --- next steps --------------------------------------------------------------------------------------------
@@ -319,21 +317,6 @@ QDQ_MODEL = Var("QDQ_MODEL", "the re-calibrated QDQ .onnx model")
 FLOAT_MODEL = Var("FLOAT_MODEL", "the float .onnx model before quantization")
 EXPORT_DIR = Var("EXPORT_DIR", "the llmexport output folder (the one holding llm.mnn)")
 
-
-def next_steps(r: CompareResult) -> list[NextStep]:
-    """The steps for ``r``'s verdict, most useful first; none for a healthy run."""
-    kind = r.verdict.kind
-    if kind == "precision" and isinstance(r.verdict.evidence.get("fp16_range"), dict):
-        return _fp16_range_steps(r, r.verdict.evidence["fp16_range"])
-    if kind == "precision":
-        return _precision_steps(r)
-    if kind == "real_bug":
-        return _real_bug_steps(r)
-    if kind == "input_not_copied":
-        return _input_not_copied_steps(r)
-    if kind == "quantization":
-        return _quantization_steps(r)
-    return []
 
 
 def _baseline_dir(r: CompareResult) -> Path:
@@ -371,7 +354,7 @@ def _fusions(r: CompareResult) -> list[str]:
     return found
 
 
-def _precision_steps(r: CompareResult) -> list[NextStep]:
+def precision_steps(r: CompareResult) -> list[NextStep]:
     if not _is_htp_sim(r):
         return _precision_mnn(r)
     base, run = _baseline_dir(r), Path(r.target)
@@ -454,7 +437,7 @@ def _precision_mnn(r: CompareResult) -> list[NextStep]:
     ]
 
 
-def _fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
+def fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
     """Remedies for a model that is not fp16-safe, each with why, most targeted first; each is checked by
     diagnosing the edited model, and the baseline of the edited model lists what is still out of range."""
     op, tensor, k = ev.get("op"), ev.get("tensor"), ev.get("rescale_exponent")
@@ -525,7 +508,7 @@ def _rescale_place(ev: dict[str, Any], scale: str) -> str:
             f"({readers}){rest}{only}")
 
 
-def _real_bug_steps(r: CompareResult) -> list[NextStep]:
+def real_bug_steps(r: CompareResult) -> list[NextStep]:
     ff = r.first_failing
     pattern = f" for the `{r.verdict.pattern}` pattern" if r.verdict.pattern != "none" else ""
     playbook = (f"then follow {WRONG_NUMBERS}{pattern}: the classic causes of a wrong op in MNN's QNN backend and "
@@ -542,7 +525,7 @@ def _real_bug_steps(r: CompareResult) -> list[NextStep]:
     return steps
 
 
-def _input_not_copied_steps(r: CompareResult) -> list[NextStep]:
+def input_not_copied_steps(r: CompareResult) -> list[NextStep]:
     """Zeros: the input was not copied. A copy that differs otherwise may just be a baseline built from other
     data, which is the cheaper check, so it comes first."""
     steps = []
@@ -565,7 +548,7 @@ def _input_not_copied_steps(r: CompareResult) -> list[NextStep]:
     return steps
 
 
-def _encoding_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
+def encoding_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
     """A device encoding that clips the data: widen it where it is set, then check again."""
     tensor = ev.get("tensor")
     lo, hi = ev.get("device_range") or [None, None]
@@ -589,10 +572,7 @@ def _encoding_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep
     ]
 
 
-def _quantization_steps(r: CompareResult) -> list[NextStep]:
-    ev = r.verdict.evidence.get("encoding_range")
-    if isinstance(ev, dict):
-        return _encoding_range_steps(r, ev)
+def quantization_steps(r: CompareResult) -> list[NextStep]:
     worst = r.verdict.evidence.get("worst_excess", {}).get("tensor")
     row = next((t for t in r.tensors if t.name == worst), None)
     where = f"{worst!r}" if worst else "the worst tensor"
