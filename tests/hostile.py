@@ -83,6 +83,21 @@ def fifo(path: Path) -> Path:
     return path
 
 
+def spoil_first_tensor(run: Path, label: str) -> Path:
+    """Replace a run's first tensor file by a FIFO, a directory, or an .npy of strings of the right shape and size
+    (only the type is wrong); returns the spoiled path."""
+    victim = sorted((run / "tensors").iterdir())[0]
+    shape = np.load(victim).shape
+    victim.unlink()
+    if label == "fifo":
+        fifo(victim)
+    elif label == "directory":
+        victim.mkdir()
+    else:
+        np.save(victim, np.full(shape, "ab"))
+    return victim
+
+
 def loop(path: Path) -> Path:
     """A symlink pointing at itself."""
     path.symlink_to(path)

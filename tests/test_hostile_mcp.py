@@ -404,20 +404,11 @@ def test_cancelled_engine_leaves_no_temp_folder(tmp_path: Path) -> None:
 
 def _spoiled_runs(a: Arena, reference: Path) -> dict[str, Path]:
     """Copies of a run whose first tensor file is a FIFO, a directory, or an .npy of strings of the right shape."""
-    first = sorted((reference / "tensors").iterdir())[0]
     out = {}
     for label in ("fifo", "directory", "strings"):
         run = a.root / "spoiled" / label
         shutil.copytree(reference, run)
-        victim = run / "tensors" / first.name
-        shape = np.load(victim).shape
-        victim.unlink()
-        if label == "fifo":
-            hostile.fifo(victim)
-        elif label == "directory":
-            victim.mkdir()
-        else:
-            np.save(victim, np.full(shape, "ab"))
+        hostile.spoil_first_tensor(run, label)
         out[label] = run
     return out
 

@@ -56,19 +56,6 @@ def baseline(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     return root / "base"
 
 
-def _spoil(run: Path, label: str) -> Path:
-    victim = sorted((run / "tensors").iterdir())[0]
-    shape = np.load(victim).shape
-    victim.unlink()
-    if label == "fifo":
-        hostile.fifo(victim)
-    elif label == "directory":
-        victim.mkdir()
-    else:
-        np.save(victim, np.full(shape, "ab"))  # the right shape and size: only the type is wrong
-    return victim
-
-
 @pytest.mark.parametrize(("label", "expected"), [("fifo", "is not a regular file"), ("directory", "is a directory"),
                                                  ("strings", "holds <U2 values (strings), not numbers")])
 def test_a_spoiled_tensor_file_is_a_typed_error_naming_it(baseline: Path, tmp_path: Path, label: str,
@@ -76,10 +63,10 @@ def test_a_spoiled_tensor_file_is_a_typed_error_naming_it(baseline: Path, tmp_pa
     root = baseline.parent
     run = root / f"spoiled-{label}-{tmp_path.name}"
     shutil.copytree(baseline / "reference", run)
-    victim = _spoil(run, label)
+    victim = hostile.spoil_first_tensor(run, label)
     spoiled_base = root / f"spoiled-base-{label}-{tmp_path.name}"
     shutil.copytree(baseline, spoiled_base)
-    _spoil(spoiled_base / "reference", label)
+    hostile.spoil_first_tensor(spoiled_base / "reference", label)
     for argv in (["compare", str(baseline), str(run)], ["compare", str(spoiled_base), str(baseline / "reference")]):
         code, doc = _cli(root, *argv)
         assert code == 2 and doc["error"] == "bad_input", doc
