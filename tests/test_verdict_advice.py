@@ -142,6 +142,17 @@ def test_l2norm_rescale_is_sized_from_the_sum_and_folded_into_the_conv(tmp_path:
     check_steps(c["next_steps"])
     why = c["next_steps"][0]["why"]
     assert f"fold 2^-{k} into mix's weights (Conv: multiply W and B by 2^-{k})" in why and "`sumsq`" in why
+    after = ev["region_max_abs"] * 4.0 ** -k  # the headroom said is the measured one, not the design's 4
+    assert f"a factor {65504.0 / after:.3g} inside fp16's 65504" in why
+    fix = c["next_steps"][1]  # the tool writes and proves that rescale (skill step 6)
+    assert fix["tool"] == "fix_and_prove" and fix["cli"] == 'qnn-debug fix "$THIS_RESULT" --input-range "$INPUT_RANGE"'
+    # The table row of the first failing tensor: its floor fails too, so its excess is from the fp16 level and
+    # the words say so (not "56 dB below the fp16 floor (1.9 dB)" when the target is above that floor).
+    table = runner.invoke(app, ["compare", str(tmp_path / "l2" / "baseline"), str(tmp_path / "l2" / "htp-sim"),
+                                "--model", str(tmp_path / "l2.onnx")])
+    assert table.exit_code == 0, table.output
+    row = next(line for line in table.stdout.splitlines() if line.strip().startswith("1 sq "))
+    assert "dB below the 60 dB fp16 level (the floor fails here too:" in row and row.endswith(", bad"), row
     fixed = _diagnose(tmp_path, "l2_fixed", _fold_into_conv(model, k), x)["compare"]["verdict"]
     assert fixed["kind"] == "ok", fixed["summary"]
 

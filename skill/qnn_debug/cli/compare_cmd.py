@@ -105,7 +105,7 @@ def print_summary(result: Any) -> None:
     for r in worst:
         f = (r.floor_metrics or {}).get("sqnr_db")
         typer.echo(f"  {r.position:>5} {r.label or r.name:<32} SQNR {fmt.db_unit(r.metrics.get('sqnr_db'))}, "
-                   f"{fmt.shortfall(r.excess_db, f, cap, has_floor=result.floor is not None, quantized=quantized)}, "
+                   f"{fmt.shortfall(r.excess_db, f, cap, has_floor=result.floor is not None, quantized=quantized, sqnr=r.metrics.get('sqnr_db'))}, "
                    f"{r.status}")
     for w in result.warnings[:5]:
         typer.echo(f"  warning: {w}")

@@ -61,8 +61,15 @@ def yardstick(floor_sqnr: float | None, cap_db: float, *, has_floor: bool = True
 
 
 def shortfall(excess: float | None, floor_sqnr: float | None, cap_db: float, *, has_floor: bool = True,
-              quantized: bool = False) -> str:
-    """'7.8 dB below the fp16 floor (53.6 dB)' / '20.4 dB below the 60 dB fp16 level (the floor is exact; …)'."""
+              quantized: bool = False, sqnr: float | None = None) -> str:
+    """'7.8 dB below the fp16 floor (53.6 dB)' / '20.4 dB below the 60 dB fp16 level (the floor is exact; …)'.
+
+    The first failing tensor of an fp16 overflow has its excess measured from the fp16 level because the floor
+    fails there too (``verdict.mark_first_failing``); given the tensor's own ``sqnr``, that case names the level
+    and the failing floor instead of calling a floor below the target its yardstick."""
+    if (sqnr is not None and excess and floor_sqnr is not None and floor_sqnr < cap_db
+            and sqnr >= floor_sqnr and abs((cap_db - sqnr) - excess) < 0.05):
+        return f"{amount(excess)} dB below the {cap_db:g} dB fp16 level (the floor fails here too: {db_unit(floor_sqnr)})"
     return f"{amount(excess)} dB below {yardstick(floor_sqnr, cap_db, has_floor=has_floor, quantized=quantized)}"
 
 

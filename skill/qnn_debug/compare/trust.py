@@ -37,7 +37,19 @@ def mark_trust(result: CompareResult, side: ReferenceSide) -> CompareResult:
     trusted, sentence = reference_trust(side)
     result.reference_trusted, result.reference_note = trusted, sentence
     if trusted is False:
-        said = sentence or "Not trusted."  # "Not trusted: ..." / "Not verified: ..." from the baseline
-        result.verdict.summary = (f"Reference {said[:1].lower()}{said[1:]} The verdict that follows may be the "
-                                  f"reference's error rather than the target's. {result.verdict.summary}")
+        result.verdict.summary = _preamble(sentence) + result.verdict.summary
     return result
+
+
+def verdict_alone(result: CompareResult) -> str:
+    """The summary without the distrust preamble, for a caller that ran the comparison with the gate off on
+    purpose and has proven the reference another way (``fix`` checks fp32 equivalence to the original)."""
+    head = _preamble(result.reference_note) if result.reference_trusted is False else ""
+    summary = result.verdict.summary
+    return summary[len(head):] if head and summary.startswith(head) else summary
+
+
+def _preamble(sentence: str | None) -> str:
+    said = sentence or "Not trusted."  # "Not trusted: ..." / "Not verified: ..." from the baseline
+    return (f"Reference {said[:1].lower()}{said[1:]} The verdict that follows may be the reference's error rather "
+            f"than the target's. ")

@@ -104,7 +104,7 @@ def _op_words(row: TensorRow) -> str:
 def _below(row: TensorRow, found: Findings, th: Thresholds) -> str:
     """'20.4 dB below the 60 dB fp16 level (the floor is exact; …)': the excess and what it is measured from."""
     return fmt.shortfall(row.excess_db, (row.floor_metrics or {}).get("sqnr_db"), th.floor_cap_db,
-                         has_floor=found.has_floor, quantized=found.quantized)
+                         has_floor=found.has_floor, quantized=found.quantized, sqnr=row.metrics.get("sqnr_db"))
 
 
 def _quant_worst(row: TensorRow, found: Findings, th: Thresholds) -> str:
@@ -316,6 +316,8 @@ NEW_TARGET = Var("NEW_TARGET", "the new dump (run folder, MNN dump folder or .np
 QDQ_MODEL = Var("QDQ_MODEL", "the re-calibrated QDQ .onnx model")
 FLOAT_MODEL = Var("FLOAT_MODEL", "the float .onnx model before quantization")
 EXPORT_DIR = Var("EXPORT_DIR", "the llmexport output folder (the one holding llm.mnn)")
+THIS_RESULT = Var("THIS_RESULT", "this comparison: the diagnose --out folder, or the file compare --json FILE wrote")
+INPUT_RANGE = Var("INPUT_RANGE", "each float input's real range as NAME=MIN:MAX, e.g. x=0:255 for raw pixels")
 
 
 
@@ -460,7 +462,7 @@ def fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
                "LayerNorm": "(x - mean) / std is unchanged when x is scaled (scale eps by the square of the factor)",
                "Softmax input": "softmax(x - max(x)) equals softmax(x), and the shifted logits stay small"}[str(construct)]
         remedies.append(f"Rescale by a power of two around the scale-invariant {construct}: {_rescale_place(ev, scale)} "
-                        f"({shrink}{largest} to about {after:.3g}, a factor {HEADROOM_WORDS} inside fp16's 65504 for "
+                        f"({shrink}{largest} to about {after:.3g}, {_headroom(after)} inside fp16's 65504 for "
                         f"these inputs: size it on your largest input), then diagnose the edited model; why: {why}, "
                         f"and a power of two is exact in fp16, so nothing else changes.")
     else:
@@ -476,6 +478,12 @@ def fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
                     "fp16 either way (graph precision FLOAT16; the offline path sets fp16_relaxed_precision), so only "
                     "another backend holds the value.")
     steps = [step("diagnose", check, why) for why in remedies]
+    if construct:
+        steps.insert(1, step("fix_and_prove", ["fix", THIS_RESULT, "--input-range", INPUT_RANGE],
+                             "Or let the tool write that rescale and prove it: it sizes the power of two over the "
+                             "declared input range (the worst case, not only this sample), writes "
+                             "a new .fp16-rescaled.onnx file beside the model and checks fp32 equivalence, the range on "
+                             "the sample and the worst-case input, and the simulator run."))
     steps.append(step("baseline", ["baseline", FIXED_MODEL, *_inputs(r), "--out", FIXED_BASELINE],
                       "After the change, check the range before the device: the baseline of the edited model lists "
                       "the tensors that are still not fp16-safe (baseline.json `ranges`)."))
@@ -483,6 +491,14 @@ def fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
 
 
 HEADROOM_WORDS = "4"  # overflow.HEADROOM, in words
+
+
+def _headroom(after: float) -> str:
+    """How far inside 65504 the rescaled largest value lands: the measured factor (a power of two rounds the
+    design headroom of 4 up, so it is 4 to 16), never the design figure passed off as the result."""
+    if after <= 0:
+        return f"at least a factor {HEADROOM_WORDS}"
+    return f"a factor {65504.0 / after:.3g}"
 _WEIGHTED = {"Conv": "W and B", "ConvTranspose": "W and B", "Gemm": "B and C (or alpha and C)",
              "MatMul": "its weight (and the bias Add right after it, if any)"}
 

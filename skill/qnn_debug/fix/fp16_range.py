@@ -20,6 +20,7 @@ import onnx
 from .. import fs
 from ..compare.overflow import HEADROOM
 from ..compare.ranges import FP16_MAX, first_overflows
+from ..compare.trust import verdict_alone
 from ..errors import BadInputError, TargetError
 from ..onnx_graph import ensure_node_names, graph_inputs, graph_outputs, load_onnx, mark_all
 from ..progress import Progress
@@ -318,7 +319,7 @@ def _simulate(artefact: Path, sample: Path, worst: Path | None, out: Path, outpu
     ranged = v.pattern in RANGE_PATTERNS or "fp16_range" in v.evidence
     checks.append(ProofCheck(name="HTP simulator: the fp16-range finding is gone",
                              passed=v.kind == "ok" or (v.kind == "precision" and not ranged),
-                             detail=f"verdict {v.kind} ({v.pattern}) on the sample: {v.summary}"))
+                             detail=f"verdict {v.kind} ({v.pattern}) on the sample: {verdict_alone(c)}"))
     short = []
     for o in outputs:
         row = rows.get(o)
