@@ -72,6 +72,9 @@ def test_l2norm_on_pixels_is_rescaled_exactly_and_proven_over_the_declared_range
     assert site["exponent"] >= advice["rescale_exponent"] + (1 if light < 1 else 0)
     fixed = Path(r["artefact"])
     assert fixed.parent == tmp_path and fixed.name == "l2.fp16-rescaled.onnx" and _sha(tmp_path / "l2.onnx") == before
+    g = onnx.load(str(fixed)).graph  # the originals of the rescaled constants do not stay behind as dead weights
+    read = {name for n in g.node for name in n.input}
+    assert [t.name for t in g.initializer if t.name not in read] == []
     case = json.loads((tmp_path / "cases.jsonl").read_text().splitlines()[-1])
     assert case["category"] == "wrong_results_accuracy" and "'sumsq'" in case["match"]
     # a second fix never overwrites the first file

@@ -271,7 +271,22 @@ def apply(model: onnx.ModelProto, region: Region, k: int) -> tuple[onnx.ModelPro
         else:
             n.attribute.append(helper.make_attribute(attr, float(1e-5 * 2.0 ** -float(degree * k))))
         changed.append(f"{attr} of {node_name} (x 2^-{degree * k})")
+    _drop_unread_initializers(fixed)
     return fixed, place, changed
+
+
+def _drop_unread_initializers(model: onnx.ModelProto) -> None:
+    """The originals of the rescaled constants are read by nothing once replaced: drop them (and any other
+    initializer no node reads), so the fixed model carries no dead weights. Graphs with subgraphs are left as
+    they are (a subgraph may read an outer name)."""
+    graph = model.graph
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in graph.node for a in n.attribute):
+        return
+    read = {name for n in graph.node for name in n.input} | {o.name for o in graph.output} | {i.name for i in graph.input}
+    keep = [t for t in graph.initializer if t.name in read]
+    if len(keep) != len(graph.initializer):
+        del graph.initializer[:]
+        graph.initializer.extend(keep)
 
 
 def rewrite_reduce_sum_square(model: onnx.ModelProto) -> list[str]:
