@@ -14,6 +14,7 @@ import onnx
 import pytest
 from typer.testing import CliRunner
 
+from diagnose_cli import diagnose_cli
 from doubles.htp_dump import write_htp_dump
 from numerics_models import decoder_llm, deconv_bn_relu_net, l2norm_net, pixels, token_ids
 from qnn_debug.cli import app
@@ -24,12 +25,7 @@ runner = CliRunner()
 
 
 def _diagnose(folder: Path, name: str, model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> Path:
-    onnx.save(model, str(folder / f"{name}.onnx"))
-    np.savez(folder / f"{name}_in.npz", **inputs)
-    res = runner.invoke(app, ["diagnose", str(folder / f"{name}.onnx"), "--inputs", str(folder / f"{name}_in.npz"),
-                              "--out", str(folder / name), "--no-mnn-gate", "--json"])
-    assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["compare"]["verdict"]["kind"] == "precision"
+    assert diagnose_cli(folder, name, model, inputs)["compare"]["verdict"]["kind"] == "precision"
     return folder / name
 
 

@@ -299,15 +299,25 @@ def test_concurrency_two_writers_of_one_output_folder(tmp_path: Path) -> None:
     a.untouched()
 
 
-async def test_stdout_hygiene_malformed_json_rpc_gets_an_error_reply(tmp_path: Path) -> None:
+def _initialized_raw_peer(a: Arena) -> Any:
+    """The server over stdio as a raw JSON-RPC peer, past the initialize handshake (closed if that fails)."""
     from test_mcp_stdio import LEGACY, RawStdio
 
-    a = Arena(tmp_path)
     params = stdio_params(a.root)
     peer = RawStdio([params.command, *params.args], params.env or {}, a.root)
     try:
         peer.request("initialize", {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})
         peer.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    except BaseException:
+        peer.close()
+        raise
+    return peer
+
+
+async def test_stdout_hygiene_malformed_json_rpc_gets_an_error_reply(tmp_path: Path) -> None:
+    a = Arena(tmp_path)
+    peer = _initialized_raw_peer(a)
+    try:
         cases = [
             ('{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":["triage_log",{}]}', -32602),
             ('{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"triage_log","arguments":'
@@ -351,14 +361,9 @@ NOT_UNICODE = [
 
 
 def test_text_that_is_not_unicode_gets_an_error_under_its_id(tmp_path: Path) -> None:
-    from test_mcp_stdio import LEGACY, RawStdio
-
     a = Arena(tmp_path)
-    params = stdio_params(a.root)
-    peer = RawStdio([params.command, *params.args], params.env or {}, a.root)
+    peer = _initialized_raw_peer(a)
     try:
-        peer.request("initialize", {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}})
-        peer.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         for i, (template, code) in enumerate(NOT_UNICODE, start=300):
             peer.proc.stdin.write(template % i + b"\n")  # type: ignore[union-attr]
             peer.proc.stdin.flush()  # type: ignore[union-attr]

@@ -9,20 +9,16 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from typer.testing import CliRunner
 
+from diagnose_cli import diagnose_cli
 from doubles.htp_fp16 import htp_fp16_bits
 from doubles.mnn_formats import write_dump
 from numerics_models import decoder_llm, l2norm_net, pixels, token_ids
-from qnn_debug.cli import app
 from qnn_debug.compare.pipeline import compare_paths
 from qnn_debug.htp_fp16 import decode_fp16
 from qnn_debug.mnn.dump_reader import import_mnn_dump
 from qnn_debug.runstore import load_run
-
-runner = CliRunner()
 
 
 def test_exponent_31_codes_are_finite_htp_values_and_ieee_only_on_request():
@@ -48,13 +44,6 @@ def test_dump_with_exponent_31_codes_imports_finite_and_counts_them(tmp_path: Pa
     assert "131008" in (run.info("sumsq").label or "")
 
 
-def _diagnose(tmp_path: Path, name: str, model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict:
-    onnx.save(model, str(tmp_path / f"{name}.onnx"))
-    np.savez(tmp_path / f"{name}_in.npz", **inputs)
-    res = runner.invoke(app, ["diagnose", str(tmp_path / f"{name}.onnx"), "--inputs", str(tmp_path / f"{name}_in.npz"),
-                              "--out", str(tmp_path / name), "--no-mnn-gate", "--json"])
-    assert res.exit_code == 0, res.output
-    return json.loads(res.stdout)
 
 
 # (variant, channels, size): three ways of writing an L2-norm, several sizes
@@ -64,7 +53,7 @@ L2_CASES = [("global", 3, 32), ("channel", 3, 24), ("pow", 4, 16)]
 @pytest.mark.parametrize(("variant", "channels", "size"), L2_CASES)
 def test_l2norm_on_raw_pixels_is_precision_fp16_range_at_the_sum_of_squares(tmp_path: Path, variant: str, channels: int,
                                                                           size: int):
-    out = _diagnose(tmp_path, "l2", l2norm_net(variant=variant, channels=channels, size=size),
+    out = diagnose_cli(tmp_path, "l2", l2norm_net(variant=variant, channels=channels, size=size),
                     {"x": pixels(channels, size)})
     c = out["compare"]
     v, ff = c["verdict"], c["first_failing"]
@@ -83,7 +72,7 @@ def test_l2norm_on_raw_pixels_is_precision_fp16_range_at_the_sum_of_squares(tmp_
 
 @pytest.mark.parametrize(("variant", "channels", "size"), L2_CASES[:2])
 def test_rescaled_l2norm_is_ok(tmp_path: Path, variant: str, channels: int, size: int):
-    out = _diagnose(tmp_path, "l2s", l2norm_net(variant=variant, channels=channels, size=size, scale=1 / 256),
+    out = diagnose_cli(tmp_path, "l2s", l2norm_net(variant=variant, channels=channels, size=size, scale=1 / 256),
                     {"x": pixels(channels, size)})
     v = out["compare"]["verdict"]
     assert v["kind"] == "ok", v["summary"]
@@ -99,7 +88,7 @@ DECODER_CASES = [(64, 2, 1500.0), (128, 1, 400.0)]
 def test_llm_decoder_with_outlier_channels_overflows_at_the_first_rmsnorm(tmp_path: Path, hidden: int, layers: int,
                                                                           big: float):
     model = decoder_llm(hidden=hidden, layers=layers, big_value=big, tokens=16)
-    out = _diagnose(tmp_path, "dec", model, {"ids": token_ids(16, 96)})
+    out = diagnose_cli(tmp_path, "dec", model, {"ids": token_ids(16, 96)})
     v, ff = out["compare"]["verdict"], out["compare"]["first_failing"]
     assert (v["kind"], v["pattern"]) == ("precision", "fp16_range"), v["summary"]
     assert ff["op"] == "l0_in_norm_pow"

@@ -13,6 +13,7 @@ import pytest
 from onnx import numpy_helper
 from typer.testing import CliRunner
 
+from diagnose_cli import diagnose_cli
 from next_steps_check import check_steps
 from qnn_debug.cli import app
 from qnn_debug.llm.tiny_graph import TinyQwen3Config, build_graph, make_weights, prefill_inputs
@@ -20,13 +21,6 @@ from qnn_debug.llm.tiny_graph import TinyQwen3Config, build_graph, make_weights,
 runner = CliRunner()
 
 
-def _diagnose(tmp: Path, name: str, model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> dict:
-    onnx.save(model, str(tmp / f"{name}.onnx"))
-    np.savez(tmp / f"{name}_in.npz", **inputs)
-    res = runner.invoke(app, ["diagnose", str(tmp / f"{name}.onnx"), "--inputs", str(tmp / f"{name}_in.npz"),
-                              "--out", str(tmp / name), "--no-mnn-gate", "--json"])
-    assert res.exit_code == 0, res.output
-    return json.loads(res.stdout)
 
 
 def _decoder(layers: int, hidden: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
@@ -48,7 +42,7 @@ def test_a_healthy_decoder_on_the_simulator_is_ok(tmp_path: Path, layers: int, h
     """Measured: logits ~46-48 dB against a ~55 dB floor, top-1 agreeing, a LUT Sigmoid ~12.5 dB below the floor
     with no jump: that is fp16 accumulation, not a precision problem (it used to say precision, 0.75)."""
     model, feeds = _decoder(layers, hidden)
-    c = _diagnose(tmp_path, "dec", model, feeds)["compare"]
+    c = diagnose_cli(tmp_path, "dec", model, feeds)["compare"]
     v = c["verdict"]
     assert v["kind"] == "ok" and c["first_failing"] is None, v["summary"]
     logits = v["evidence"]["end_to_end"]["logits"]
@@ -132,7 +126,7 @@ def test_l2norm_rescale_is_sized_from_the_sum_and_folded_into_the_conv(tmp_path:
 
     model = l2norm_net(variant="global", conv=True, size=size)
     x = {"x": pixels(3, size) * np.float32(gain)}
-    c = _diagnose(tmp_path, "l2", model, x)["compare"]
+    c = diagnose_cli(tmp_path, "l2", model, x)["compare"]
     ev = _fp16_range(c)
     assert c["first_failing"]["op"] == "square"
     assert ev["region_max_tensor"] == "sumsq" and ev["region_max_abs"] > 100 * ev["reference_max_abs"]
@@ -153,14 +147,14 @@ def test_l2norm_rescale_is_sized_from_the_sum_and_folded_into_the_conv(tmp_path:
     assert table.exit_code == 0, table.output
     row = next(line for line in table.stdout.splitlines() if line.strip().startswith("1 sq "))
     assert "dB below the 60 dB fp16 level (the floor fails here too:" in row and row.endswith(", bad"), row
-    fixed = _diagnose(tmp_path, "l2_fixed", _fold_into_conv(model, k), x)["compare"]["verdict"]
+    fixed = diagnose_cli(tmp_path, "l2_fixed", _fold_into_conv(model, k), x)["compare"]["verdict"]
     assert fixed["kind"] == "ok", fixed["summary"]
 
 
 @pytest.mark.parametrize(("hidden", "big"), [(64, 1500.0), (96, 900.0)])
 def test_rmsnorm_rescale_feeds_only_the_norm_and_fits_its_sum(tmp_path: Path, hidden: int, big: float):
     model, feeds = _rmsnorm_sum_form(hidden, 16, big)
-    c = _diagnose(tmp_path, "rms", model, feeds)["compare"]
+    c = diagnose_cli(tmp_path, "rms", model, feeds)["compare"]
     ev = _fp16_range(c)
     assert c["first_failing"]["op"] == "square" and ev["region_max_tensor"] == "sumsq"
     k = ev["rescale_exponent"]
@@ -169,7 +163,7 @@ def test_rmsnorm_rescale_feeds_only_the_norm_and_fits_its_sum(tmp_path: Path, hi
     check_steps(c["next_steps"])
     why = c["next_steps"][0]["why"]
     assert f"insert one Mul(`h`, 2^-{k})" in why and "residual keep reading the unscaled `h`" in why
-    fixed = _diagnose(tmp_path, "rms_fixed", _scale_input(model, "h", ["square", "normalize"], k), feeds)["compare"]
+    fixed = diagnose_cli(tmp_path, "rms_fixed", _scale_input(model, "h", ["square", "normalize"], k), feeds)["compare"]
     assert fixed["verdict"]["kind"] == "ok", fixed["verdict"]["summary"]
 
 
