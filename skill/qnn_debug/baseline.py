@@ -310,7 +310,7 @@ def _onnx_baseline(path: Path, out: Path, inputs: str | os.PathLike[str] | None,
 
     with progress.stage("baseline: inputs", total=None, message="baseline: loading the model and inputs"):
         model = ensure_node_names(load_onnx(path))
-        prepared = prepare_inputs(graph_inputs(model), inputs=inputs, shapes=shapes, seed=seed)
+        prepared = prepare_inputs(graph_inputs(model), inputs=inputs, shapes=shapes, seed=seed, model=model)
         fixed = fix_input_shapes(model, prepared.shapes)
         save_npz(out / INPUTS_FILE, prepared.arrays)
     qdq = is_qdq_model(model)

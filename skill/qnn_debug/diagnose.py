@@ -55,7 +55,7 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
     model_path, base_model = Path(model), Path(reference_model or model)
     out_dir = _prepare_out(Path(out), force)
     started = time.monotonic()
-    inputs_path = _inputs(base_model, out_dir, inputs, shapes, seed)
+    inputs_path, inputs_note = _inputs(base_model, out_dir, inputs, shapes, seed)
     run_dir = out_dir / target
     request = DumpRequest(model=model_path, out=run_dir, target=target, precision=precision,
                           soc_model=soc_model, htp_arch=htp_arch, inputs=inputs_path, shapes=shapes or {},
@@ -102,7 +102,7 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
     timings["total_s"] = round(time.monotonic() - started, 3)
     return DiagnoseResult(out=str(out_dir), baseline=str(out_dir / BASELINE_DIR), target_run=str(run_dir),
                           report_dir=str(out_dir / REPORT_DIR), baseline_trusted=baseline.report.trusted,
-                          baseline_sentence=baseline.report.sentence, compare=result, timings=timings,
+                          baseline_sentence=baseline.report.sentence, inputs_note=inputs_note, compare=result, timings=timings,
                           method=report.method if report else "full_dump", fallback=report)
 
 
@@ -119,22 +119,26 @@ def _warm_imports() -> None:
 
 
 def _inputs(model: Path, out: Path, inputs: str | os.PathLike[str] | None, shapes: dict[str, list[int]] | None,
-            seed: int) -> Path:
+            seed: int) -> tuple[Path, str | None]:
     """The inputs both runs get: the user's (an ``.npz`` or an MNN test dir, loaded the way ``baseline`` and ``dump``
     load them) or seeded data saved as ``out/inputs.npz``.
 
     The user's inputs are checked against the model here, before either run starts, so a bad ``--inputs`` is one
-    clear error instead of two; they are then passed on as given, so both runs record where they came from."""
+    clear error instead of two; they are then passed on as given, so both runs record where they came from.
+    Returns the path and, for generated data, what range it follows and what it cannot show."""
     from .inputs import prepare_inputs, save_npz
 
     if inputs is not None:
         prepare_inputs(_input_specs(model), inputs=inputs, shapes=shapes, seed=seed)
-        return Path(inputs).resolve()
+        return Path(inputs).resolve(), None
     if model.suffix.lower() != ".onnx":
         raise BadInputError(f"diagnose makes inputs from ONNX models; {model.name} is not one",
                             hint="pass --inputs FILE.npz keyed by input name, or an MNN test dir")
-    prepared = prepare_inputs(_input_specs(model), shapes=shapes, seed=seed)
-    return save_npz(out / INPUTS_FILE, prepared.arrays).resolve()
+    from .onnx_graph import graph_inputs, load_onnx
+
+    graph = load_onnx(model, load_external_data=False)  # the first ops' constants are small; weights stay on disk
+    prepared = prepare_inputs(graph_inputs(graph), shapes=shapes, seed=seed, model=graph)
+    return save_npz(out / INPUTS_FILE, prepared.arrays).resolve(), prepared.info.note
 
 
 def _input_specs(model: Path) -> list[TensorSpec]:

@@ -15,6 +15,7 @@ class DiagnoseResult(BaseModel):
     report_dir: str
     baseline_trusted: bool | None = None
     baseline_sentence: str | None = None
+    inputs_note: str | None = None  # generated inputs: the range they follow and what they cannot show
     compare: CompareResult | None = None  # None when bisection produced the verdict (see ``fallback.bisect``)
     timings: dict[str, float] = Field(default_factory=dict)
     method: str = "full_dump"  # full_dump | chunked_dump | bisect: what produced the verdict

@@ -276,10 +276,16 @@ def _read_testdir(p: Path, specs: list[TensorSpec]) -> dict[str, np.ndarray]:
 
 
 def prepare_inputs(specs: list[TensorSpec], *, inputs: str | os.PathLike[str] | None = None,
-                   shapes: dict[str, list[int]] | None = None, seed: int = 0) -> PreparedInputs:
-    """The one entry point targets use: load ``inputs`` or make seeded data, with shapes resolved."""
+                   shapes: dict[str, list[int]] | None = None, seed: int = 0,
+                   model: onnx.ModelProto | None = None) -> PreparedInputs:
+    """The one entry point targets use: load ``inputs`` or make seeded data, with shapes resolved.
+
+    Given the ONNX ``model``, generated data follows the range its first operations expect (raw pixels for a
+    model that divides by 255, see :mod:`qnn_debug.input_scale`) and the record says what generated data cannot show.
+    """
     if not specs:
         raise BadInputError("the model has no inputs", hint="qnn-debug needs a model that takes at least one input")
+    note = None
     if inputs is not None:
         arrays, warnings = load_npz(inputs, specs, shapes)
         source = f"{'testdir' if is_testdir(inputs) else 'npz'}:{Path(inputs).name}"
@@ -287,9 +293,28 @@ def prepare_inputs(specs: list[TensorSpec], *, inputs: str | os.PathLike[str] | 
         resolved = resolve_shapes(specs, shapes)
         arrays, warnings = random_inputs(specs, resolved, seed), []
         source = f"random:seed={seed}"
+        if model is not None:
+            arrays, note = _follow_model_range(model, specs, arrays)
     concrete = {k: [int(d) for d in v.shape] for k, v in arrays.items()}
-    info = InputInfo(sha256=sha256_arrays(arrays), source=source, names=[s.name for s in specs], shapes=concrete)
+    info = InputInfo(sha256=sha256_arrays(arrays), source=source, names=[s.name for s in specs], shapes=concrete,
+                     note=note)
     return PreparedInputs(arrays=arrays, shapes=concrete, info=info, warnings=warnings)
+
+
+def _follow_model_range(model: onnx.ModelProto, specs: list[TensorSpec], arrays: dict[str, np.ndarray],
+                        ) -> tuple[dict[str, np.ndarray], str | None]:
+    """Scale generated float inputs the model takes as raw pixels to 0..255 (whole values); say what was done."""
+    import numpy as np
+
+    from .input_scale import generated_note, pixel_scales
+
+    scales = pixel_scales(model)
+    out = dict(arrays)
+    for name, scale in scales.items():
+        if name in out:
+            out[name] = np.round(out[name] * scale.scale).astype(out[name].dtype)
+    floats = [s.name for s in specs if np.asarray(out[s.name]).dtype.kind == "f"]
+    return out, generated_note([s.name for s in specs], scales, floats)
 
 
 def save_npz(path: str | os.PathLike[str], arrays: dict[str, np.ndarray]) -> Path:

@@ -18,6 +18,7 @@ class InputInfo(BaseModel):
     source: str  # "npz:<path>", "random:seed=<n>", "testdir:<path>", ...
     names: list[str] = Field(default_factory=list)
     shapes: dict[str, list[int]] = Field(default_factory=dict)
+    note: str | None = None  # for generated data: the range it follows and what it cannot show
 
 
 def now_iso() -> str:

@@ -56,7 +56,8 @@ def summarize_baseline(r: dict[str, Any]) -> str:
     trusted = "TRUSTED" if rep.get("trusted") else "NOT TRUSTED"
     return (f"{trusted} baseline in {r.get('out')}: reference {rep.get('reference')}, fp16 floor {rep.get('floor')}, "
             f"MNN CPU gate {gate.get('status')} (max rel error {_fmt(gate.get('max_rel_error'))}). "
-            f"{rep.get('sentence', '')}").strip()
+            f"{rep.get('sentence', '')}").strip() + (
+        f" Inputs: {note}." if (note := (rep.get("inputs") or {}).get("note")) else "")
 
 
 def summarize_dump(r: dict[str, Any]) -> str:
@@ -110,13 +111,14 @@ def summarize_diagnose(r: dict[str, Any]) -> str:
     if fallback:
         head = f"Verdict from {r.get('method')} (the full dump was not used: {fallback.get('full_dump_not_used')}). "
     bisect = fallback.get("bisect")
+    inputs = f" Inputs: {r['inputs_note']}." if r.get("inputs_note") else ""
     body = summarize_compare(r["compare"]) if r.get("compare") else (
         f"verdict {bisect.get('verdict')}: {bisect.get('summary')}{steps_text(bisect)}" if bisect else "no verdict")
     if not r.get("baseline_trusted"):  # first: the verdict may be the reference's error
         if (r.get("compare") or {}).get("reference_trusted") is False and not head:
             return f"{body} Runs in {r.get('out')}."  # the comparison's summary opens with it
-        return f"Baseline NOT trusted: {r.get('baseline_sentence')} {head}{body} Runs in {r.get('out')}."
-    return f"{head}{body} Baseline {trust}; runs in {r.get('out')}."
+        return f"Baseline NOT trusted: {r.get('baseline_sentence')} {head}{body} Runs in {r.get('out')}.{inputs}"
+    return f"{head}{body} Baseline {trust}; runs in {r.get('out')}.{inputs}"
 
 
 def trim_diagnose(r: dict[str, Any], top: int) -> dict[str, Any]:

@@ -33,6 +33,8 @@ def human(result: Any, request: Any) -> None:
         for d in u.differences[:4]:
             typer.echo(f"    - {d}")
     typer.echo(f"  inputs: {result.inputs_path} ({r.inputs.source})")
+    if r.inputs.note:
+        typer.echo(f"  inputs note: {r.inputs.note}")
     typer.echo(r.sentence)
 
 

@@ -189,7 +189,8 @@ def run(request: DumpRequest, progress: Progress) -> Run:
         if request.precision != "quantized" and qdq:
             raise BadInputError(f"{model_path.name} is a QDQ-quantized model; HTP runs it in integer arithmetic",
                                 hint="use --precision quantized")
-        prepared = prepare_inputs(graph_inputs(model), inputs=request.inputs, shapes=request.shapes, seed=request.seed)
+        prepared = prepare_inputs(graph_inputs(model), inputs=request.inputs, shapes=request.shapes, seed=request.seed,
+                                  model=model)
         fixed = fix_input_shapes(model, prepared.shapes)
         lowered = lower_for_simulator(fixed)
     out = prepare_run_dir(request.out, force=request.force).resolve()
