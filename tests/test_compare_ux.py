@@ -214,7 +214,9 @@ def test_real_bug_verdict_suggests_the_op_probe_and_the_playbook(tmp_path: Path)
     onnx.save(inject(small_cnn(), "conv_on_zeros", "conv2"), str(edited))
     result = diagnose(edited, tmp_path / "diag", reference_model=original, mnn_gate=False).compare
     assert result.verdict.kind == "real_bug"
-    assert any(s.cli == "qnn-debug op Conv --probe" and s.tool == "lookup_op_constraints" for s in result.next_steps)
+    probe = next(s for s in result.next_steps if s.tool == "lookup_op_constraints")
+    assert probe.cli.startswith("qnn-debug op Conv --probe --shape ") and "--attr pads=1,1,1,1" in probe.cli, probe.cli
+    assert result.warnings[0].startswith("the target ran cnn_bug.onnx, not the reference's cnn.onnx")
     assert any("playbooks/wrong-numbers.md" in s.why and "zero_input" in s.why for s in result.next_steps)
     _check_steps(result.next_steps)
 

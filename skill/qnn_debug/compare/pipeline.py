@@ -31,10 +31,12 @@ from .align import align_runs
 from .checks import rerun_suspects
 from .importers import ReferenceSide, open_reference, open_target, target_kind
 from .localise import localise
+from .model_diff import ModelDifference, NodeDifference, describe, model_difference
 from .options import CompareOptions
 from .pattern_stage import find_patterns
+from .probe_args import probe_args
 from .rows import PREFETCH_AHEAD, measure
-from .schema import CompareResult
+from .schema import CompareResult, FirstFailing
 from .top1 import top1_agreement
 from .trust import mark_trust
 from .verdict import Findings, mark_first_failing, name_on_target, note_unchecked
@@ -176,6 +178,8 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
     decision = name_on_target(decision, target, located.ops, located.graph_tensors(measured.rows))
     decision = note_unchecked(decision, located.suspects, len(rerun.findings))
     decision = mark_first_failing(decision, measured.all_rows, th)
+    difference = model_difference(model, model_path, target)
+    here = _name_op_that_ran(decision.first, difference)
     # 7. wording
     warnings = [*target.record.warnings, *measured.warnings]
     if located.local_note:
@@ -193,5 +197,37 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
                 "floor_aligned": sum(r.floor_metrics is not None for r in measured.all_rows)},
         warnings=warnings, thresholds=th.model_dump(), elapsed_s=round(time.monotonic() - t_start, 3),
     )
+    _mark_target_model(result, difference, here, model, ref)
     result.next_steps = rules.next_steps(result)
     return mark_trust(result, side)
+
+
+def _name_op_that_ran(first: FirstFailing | None, difference: ModelDifference | None) -> NodeDifference | None:
+    """Where the target's model computes the first failing tensor with another op: name that op, keep the
+    reference's as ``model_op``."""
+    here = difference.at(first.tensor) if difference is not None and first is not None else None
+    if first is not None and here is not None:
+        first.model_op, first.model_op_type = here.node, here.reference_op_type
+        first.op_type = here.target_op_type or first.op_type
+    return here
+
+
+def _mark_target_model(result: CompareResult, difference: ModelDifference | None, here: NodeDifference | None,
+                       model: Any, ref: Run) -> None:
+    """Say so when the target ran another model than the reference's, and where it differs at the first failing op;
+    give the first failing op's probe its real shapes and attributes."""
+    if difference is not None:
+        result.warnings.insert(0, difference.sentence())
+    if here is not None:
+        result.verdict.summary += (f" The two models differ at this op: {describe(here)}, so the difference may be "
+                                   f"the model's own change rather than QNN's.")
+        result.verdict.evidence["model_difference"] = here.model_dump()
+    ff = result.first_failing
+    if ff is not None and ff.fused is None and ff.target_tensor is None:
+        args = probe_args(model, ref, ff.model_op or ff.op)
+        other_op = here is not None and here.what == "op type"  # the reference's attributes belong to another op
+        ff.probe = _shapes_only(args) if other_op else args
+
+
+def _shapes_only(args: list[str]) -> list[str]:
+    return [x for pair in zip(args[::2], args[1::2], strict=True) if pair[0] == "--shape" for x in pair]

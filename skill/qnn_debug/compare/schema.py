@@ -81,6 +81,7 @@ class FirstFailing(BaseModel):
     # lowering of the model op (MNN runs ReduceSumSquare as a square, e.g. ``BinaryOp3``, and a sum); ``op`` is then
     # the target's op and ``model_op`` the model node it came from.
     target_tensor: str | None = None
+    probe: list[str] = Field(default_factory=list)  # `op OP_TYPE --probe` arguments: its real shapes and attributes
 
 
 class Verdict(BaseModel):

@@ -532,9 +532,11 @@ def real_bug_steps(r: CompareResult) -> list[NextStep]:
     op: Arg = ff.op_type if ff is not None and ff.op_type else Var("OP_TYPE", "the first failing op's type")
     where = f" ({ff.op})" if ff is not None and ff.op else ""
     subject = ff.op_type if ff is not None and ff.op_type else "the op"
-    steps = [step("lookup_op_constraints", ["op", op, "--probe"],
+    probe = list(ff.probe) if ff is not None and ff.op_type else []
+    shapes = " with its real input shapes and attributes" if probe else ""
+    steps = [step("lookup_op_constraints", ["op", op, "--probe", *probe],
                   f"Check {subject}'s QNN/HTP constraints{where} and known MNN traps, and try it alone on the "
-                  f"simulator; {playbook}.")]
+                  f"simulator{shapes}; {playbook}.")]
     if "local_error" in r.verdict.evidence:
         steps.append(step("compare", ["compare", _baseline_dir(r), r.target, "--model", _model(r)],
                           "Let compare re-run the op on CPU to confirm."))
