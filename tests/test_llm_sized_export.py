@@ -100,5 +100,5 @@ def test_llm_text_worker_stopped_when_it_outgrows_the_budget(exports: dict[str, 
         execute("llm_text", {"export_dir": e.dir, "out": str(tmp_path / "o"), "max_new_tokens": 4, "max_memory": "24M"})
     err = info.value
     assert err.details["rss_bytes"] > err.details["budget_bytes"] == 24 << 20
-    assert "text_worker reached" in err.message and "--max-memory" in (err.hint or "")
+    assert "MNN LLM runtime reached" in err.message and "--max-memory" in (err.hint or "")
     assert (tmp_path / "o" / "reference" / "mnn_llm.log").is_file()

@@ -61,7 +61,7 @@ def run_worker(
     with fs.scratch("qnn-debug-worker-") as tmp:
         req_path, resp_path = Path(tmp) / "request.json", Path(tmp) / "response.json"
         if max_rss:
-            request = {**request, "_memory_budget": {"bytes": int(max_rss), "hint": max_rss_hint}}
+            request = {**request, "_memory_budget": {"bytes": int(max_rss), "hint": max_rss_hint, "what": what}}
         req_path.write_text(json.dumps(request), encoding="utf-8")
         log_file = log_path or Path(tmp) / "worker.log"
         log_file.parent.mkdir(parents=True, exist_ok=True)

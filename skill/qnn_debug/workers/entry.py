@@ -5,7 +5,7 @@ Runs ``importlib.import_module(MODULE).main(request, progress)`` and writes ``{"
 sends to a log file, never to its own stdout. SIGTERM (the parent's kill rule) unwinds like an error,
 so scratch folders are removed and the worker's own children are stopped before it exits.
 
-A request may carry ``"_memory_budget": {"bytes": N, "hint": "..."}``: a watchdog thread then reads this
+A request may carry ``"_memory_budget": {"bytes": N, "hint": "...", "what": "..."}``: a watchdog thread then reads this
 process's resident size every 50 ms and, once it passes N, writes a :class:`MemoryBudgetError` as the
 response and ends the process at once (native code holding the main thread cannot be interrupted).
 """
@@ -56,7 +56,7 @@ def _watch_memory(budget: dict[str, Any], module: str, resp_path: str) -> None:
             if rss > limit:
                 gib = 1 << 30
                 err = MemoryBudgetError(
-                    f"{module.rsplit('.', 1)[-1]} reached {rss / gib:.2f} GiB resident, over the memory budget of "
+                    f"{budget.get('what') or module.rsplit('.', 1)[-1]} reached {rss / gib:.2f} GiB resident, over the memory budget of "
                     f"{limit / gib:.2f} GiB, and was stopped", hint=str(budget.get("hint") or "raise --max-memory"),
                     details={"budget_bytes": limit, "rss_bytes": rss})
                 Path(resp_path).write_text(json.dumps({"error": err.to_dict()}), encoding="utf-8")
