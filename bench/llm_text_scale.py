@@ -14,6 +14,8 @@ from ``/proc`` while it runs:
 - ``llm-text``: ``qnn-debug llm-text EXPORT --json --max-memory ...`` (CPU reference tokens and logits in its
   worker): wall time against ``plain`` (ratio), main and worker peak RSS against ``llm.mnn.weight``;
   ``plain`` and ``llm-text`` run ``--repeat`` times, interleaved, and the best wall time of each is kept;
+- ``llm-text --target-export``: the same against a second export with one fault (rotate_half without its Neg
+  in layer L-2): verdict, first divergence, per-step logits SQNR, time and peak RSS (three runtime runs);
 - ``llm-check``: ``qnn-debug llm-check EXPORT --json``: wall time and peak RSS against the export's bytes.
 
 Run: ``python bench/llm_text_scale.py [--width 0.6b|1.7b] [--layers N] [--tokens 16] [--json]``.
@@ -40,15 +42,16 @@ MIB = 1 << 20
 PROMPT = "Hello, tell me about the weather in Hangzhou today."
 
 
-def build(cache: Path, width: str, layers: int) -> dict[str, Any]:
+def build(cache: Path, width: str, layers: int, fault: str | None = None) -> dict[str, Any]:
     """The export folder, built once; its ``export.json`` records the sizes and what the build cost."""
-    folder = cache / f"qwen3-{width}-L{layers}-mnn-q4b64"
+    folder = cache / f"qwen3-{width}-L{layers}-mnn-q4b64{'-' + fault if fault else ''}"
     done = folder / "export.json"
     if done.is_file():
         return dict(json.loads(done.read_text(encoding="utf-8")))
     if folder.exists():  # an interrupted build
         shutil.rmtree(folder)
     cmd = [sys.executable, __file__, "--build-child", "--width", width, "--layers", str(layers), "--out", str(folder)]
+    cmd += ["--fault", fault] if fault else []
     t0 = time.perf_counter()
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as proc:
         peaks = watch_peaks(proc)
@@ -66,9 +69,11 @@ def build(cache: Path, width: str, layers: int) -> dict[str, Any]:
 def build_child(args: argparse.Namespace) -> None:
     from qnn_debug.llm.sized import Qwen3Sizes
     from qnn_debug.llm.sized_export import build_sized_export
+    from qnn_debug.llm.tiny_graph import GraphFaults
 
     sizes = Qwen3Sizes(**{**WIDTHS[args.width], "layers": args.layers, "rope_theta": 1000000.0})
-    print(build_sized_export(args.out, sizes).model_dump_json())
+    faults = GraphFaults(wrong_rotary_layer=args.layers - 2) if args.fault == "rotary" else None
+    print(build_sized_export(args.out, sizes, faults=faults).model_dump_json())
 
 
 def plain_child(args: argparse.Namespace) -> None:
@@ -128,7 +133,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cache = Path(args.cache)
     export = build(cache, args.width, args.layers)
     folder = Path(export["dir"])
-    work = cache / "runs-text"
+    work = cache / f"runs-text-{args.width}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     qnn_debug = [sys.executable, "-c", "import sys; from qnn_debug.cli import main; sys.exit(main())"]
@@ -153,6 +158,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     check = json.loads(c_text)
     if "error" in check and isinstance(check["error"], str):
         raise SystemExit(f"llm-check failed: {check}")
+    faulty = build(cache, args.width, args.layers, "rotary")
+    d_wall, d_peaks, d_pid, d_text = measured(
+        [*qnn_debug, "llm-text", str(folder), "--target-export", faulty["dir"], "--out", str(work / "diff"), "--prompt",
+         PROMPT, "--max-new-tokens", str(args.tokens), "--max-memory", args.max_memory, "--json"], work / "diff.log")
+    diff = json.loads(d_text)
+    if "error" in diff:
+        raise SystemExit(f"llm-text --target-export failed: {diff}")
+    d_main, d_worker = split_peaks(d_peaks, d_pid)
     t_main, t_worker = split_peaks(t_peaks, t_pid)
     c_main = c_peaks.get(c_pid, (0, ""))[0]
     p_rss = max(v for v, _ in p_peaks.values())
@@ -173,6 +186,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      "worker_rss_vs_plain": t_worker / p_rss, "same_tokens_as_plain": same,
                      "logits_file_mib": logits.stat().st_size / MIB, "verdict": text["verdict"],
                      "max_memory": args.max_memory},
+        "llm_text_vs_faulty": {"fault": f"rotate_half without Neg in layer {args.layers - 2}",
+                               "wall_s": d_wall, "wall_vs_plain": d_wall / p_wall, "main_rss_mib": d_main / MIB,
+                               "worker_rss_mib": d_worker / MIB, "verdict": diff["verdict"],
+                               "first_divergence": (diff["comparison"] or {}).get("first_divergence"),
+                               "top1_agreement": (diff["comparison"] or {}).get("top1_agreement"),
+                               "logits_sqnr_median_db": (diff["comparison"] or {}).get("logits_sqnr_median_db")},
         "llm_check": {"wall_s": c_wall, "main_rss_mib": c_main / MIB, "export_gib": export_bytes / GIB,
                       "rss_vs_export": c_main / export_bytes, "findings": len(check.get("findings", [])),
                       "ops": check.get("ops")},
@@ -181,7 +200,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def show(r: dict[str, Any]) -> None:
-    b, p, t, c = r["build"], r["plain"], r["llm_text"], r["llm_check"]
+    b, p, t, c, d = r["build"], r["plain"], r["llm_text"], r["llm_check"], r["llm_text_vs_faulty"]
     print(f"export {r['width']} width x {r['layers']} layers: fp32 weights {b['fp32_weight_gib']:.2f} GiB -> "
           f"llm.mnn.weight {b['mnn_weight_mib']:.0f} MiB (4-bit, block 64) + bf16 embeddings {b['embeddings_mib']:.0f} MiB")
     print(f"  build {b['s']:.0f} s (ONNX {b['onnx_s']:.0f} s, converter {b['convert_s']:.0f} s); peak RSS builder "
@@ -192,6 +211,12 @@ def show(r: dict[str, Any]) -> None:
           f"worker {t['worker_rss_mib']:.0f} MiB = {t['worker_rss_vs_weight']:.2f}x llm.mnn.weight, "
           f"{t['worker_rss_vs_plain']:.2f}x plain; logits kept {t['logits_file_mib']:.1f} MiB; same tokens as plain: "
           f"{t['same_tokens_as_plain']}; budget {t['max_memory']}")
+    sq = d["logits_sqnr_median_db"]
+    step = (d["first_divergence"] or {}).get("step")
+    print(f"llm-text --target-export ({d['fault']}; three runtime runs): {d['wall_s']:.1f} s = {d['wall_vs_plain']:.2f}x "
+          f"plain; peak main {d['main_rss_mib']:.0f} MiB, worker {d['worker_rss_mib']:.0f} MiB; verdict {d['verdict']}, "
+          f"first divergence at step {step}, top-1 agreement {d['top1_agreement']:.0%}, median logits SQNR "
+          f"{'n/a' if sq is None else f'{sq:.1f} dB'}")
     print(f"llm-check: {c['wall_s']:.1f} s, peak {c['main_rss_mib']:.0f} MiB for a {c['export_gib']:.2f} GiB export "
           f"({c['rss_vs_export']:.3f}x); {c['ops']} ops, {c['findings']} findings")
 
@@ -209,6 +234,7 @@ def main() -> None:
     ap.add_argument("--build-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--plain-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--fault", help=argparse.SUPPRESS)
     ap.add_argument("--export", help=argparse.SUPPRESS)
     ap.add_argument("--prompt", default=PROMPT, help=argparse.SUPPRESS)
     ap.add_argument("--result-fd", type=int, default=3, help=argparse.SUPPRESS)
