@@ -58,5 +58,12 @@ bench-scale: setup
 	$(PY) bench/llm_scale.py --width 1.7b
 	$(PY) -m pytest -m scale tests/test_llm_scale.py -p no:cacheprovider
 
+# llm-text and llm-check on 4-bit llmexport-style exports at 0.6B and 1.7B size (28 layers; built once into
+# bench/.cache: 2.2 and 6.4 GiB of fp32 weights converted), then their scale test.
+bench-text-scale: setup
+	$(PY) bench/llm_text_scale.py --width 0.6b
+	$(PY) bench/llm_text_scale.py --width 1.7b
+	$(PY) -m pytest -m scale tests/test_llm_text_scale.py -p no:cacheprovider
+
 clean:
 	rm -rf $(VENV) demo-runs qnn-debug-runs .pytest_cache .mypy_cache .ruff_cache

@@ -344,6 +344,10 @@ class LlmTextRequest(Request):
         description="CPU config name inside device_model_dir for device_logits_diff")] = "config.json"
     llm_logits_diff: Annotated[DeviceFolder, Cli(flag="--llm-logits-diff"), Field(
         description="llm_logits_diff on the phone (default: device_model_dir/llm_logits_diff)")] = None
+    max_memory: Annotated[str | None, Cli(flag="--max-memory"), Field(
+        max_length=32, pattern=r"^\s*\d+(\.\d+)?\s*[kKmMgGtT]?(i?[bB])?\s*$",
+        description="Peak memory per process, e.g. 3G: checked from the export's files before MNN's LLM runtime "
+                    "starts and watched while it runs (default: a third of the free memory, at most 8G)")] = None
 
     def default_out(self) -> tuple[str, str] | None:
         return _leaf(self.export_dir), "llm-text"

@@ -162,6 +162,7 @@ def llm_text(request: rq.LlmTextRequest, progress: Progress) -> LlmTextResult:
     from ..llm import text_models
     from ..llm.llm_demo import DeviceTextTarget
     from ..llm.text import llm_text as run_llm_text
+    from ..localise.budget import parse_size
 
     r = request
     if r.prompt is not None and r.prompt_file is not None:
@@ -179,7 +180,8 @@ def llm_text(request: rq.LlmTextRequest, progress: Progress) -> LlmTextResult:
     engine_request = text_models.LlmTextRequest(
         export_dir=r.export_dir, prompt=text.strip() or "Hello", max_new_tokens=r.max_new_tokens,
         out=str(out_dir(r, r.out)), target_export=r.target_export, target_text=target_text,
-        target_logits=r.target_logits, device=device, device_logits_diff=r.device_logits_diff)
+        target_logits=r.target_logits, device=device, device_logits_diff=r.device_logits_diff,
+        max_memory=parse_size(r.max_memory) if r.max_memory else None)
     return run_llm_text(engine_request, progress=progress)
 
 

@@ -5,9 +5,11 @@ Steps (all by the MNN wheel's converter extension, ``_tools.mnnconvert``, in thi
 edit the JSON (custom ops to MNN ops, activation encodings by tensor name) → ``-f JSON``. The converter
 returns True even on failure, so each step is judged by its output file.
 
-Request: ``{"onnx", "out", "work", "weight_bits", "ranges": {tensor name: [lo, hi]} or null (no activation
+Request: ``{"onnx", "out", "work", "weight_bits", "quant_block" (optional: llmexport's ``--weightQuantBlock``,
+block-wise scales along the input channels; 0 or absent = one scale per output channel), "ranges": {tensor name: [lo, hi]} or null (no activation
 quant), "index_quant": bool, "mul_from_operand": [output name, operand name] or null}``.
-Result: ``{"rewritten": {...}, "quantized": n}``.
+Result: ``{"rewritten": {...}, "quantized": n, "peak_rss": bytes}`` (this process's VmHWM: the converter holds
+the ONNX weights, so this is what a conversion costs).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     raw, js = out, work / "net.json"  # like llmexport: the first conversion writes llm.mnn + llm.mnn.weight
     bits = int(request.get("weight_bits") or 0)
     quant = ["--weightQuantBits", str(bits)] if bits in (4, 8) else []
+    if quant and int(request.get("quant_block") or 0) > 0:
+        quant += ["--weightQuantBlock", str(int(request["quant_block"]))]
     with progress.stage("convert ONNX → MNN", total=None):
         _convert(["-f", "ONNX", "--modelFile", str(src), "--MNNModel", str(raw), "--bizCode", "MNN", "--allowCustomOp",
                   "--transformerFuse", "--saveExternalData", *quant], raw, "convert the ONNX model")
@@ -70,4 +74,16 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     with progress.stage("convert JSON → MNN", total=None):
         _convert(["-f", "JSON", "--modelFile", str(js), "--MNNModel", str(out), "--bizCode", "MNN"], out,
                  "write the edited model")
-    return {"rewritten": rewritten, "quantized": quantized}
+    return {"rewritten": rewritten, "quantized": quantized, "peak_rss": _peak_rss()}
+
+
+def _peak_rss() -> int:
+    """VmHWM of this process (its own peak since exec; ``ru_maxrss`` would carry the parent's from before exec)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0

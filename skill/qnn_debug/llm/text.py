@@ -21,7 +21,8 @@ import numpy as np
 from .. import fs
 from ..errors import BadInputError, TargetError
 from ..progress import NULL_PROGRESS, Progress
-from .export_reader import read_export
+from . import text_budget
+from .export_reader import ExportFolder, read_export
 from .garbled import detect_garbled
 from .llm_demo import run_llm_demo
 from .logits_diff import DeviceLogitsDiff, run_logits_diff
@@ -55,25 +56,41 @@ def _stop_ids(export_dir: str) -> list[int]:
         return []
 
 
-def _config(export_dir: str) -> str:
+def _vocab(folder: ExportFolder) -> int:
+    """Vocabulary size from the tokenizer file's header (4th line), else a bound larger than any Qwen's."""
+    name = str((folder.config or {}).get("tokenizer_file", "tokenizer.txt"))
+    try:
+        with fs.open_read(Path(folder.dir) / name, what="tokenizer file") as f:
+            head = [f.readline(1 << 20) for _ in range(4)]
+        return max(1, int(head[3].split()[0]))
+    except (OSError, ValueError, IndexError, BadInputError):
+        return 262144
+
+
+def _config(export_dir: str, steps: int, prompt_bytes: int, budget: int) -> str:
+    """The export's config.json, once its files are there and its runtime fits the memory budget."""
     folder = read_export(export_dir)
     cfg = Path(folder.dir) / "config.json"
     if not cfg.is_file():
         raise BadInputError(f"{folder.dir} has no config.json", hint="MNN's LLM runtime starts from the export's config.json")
     if not folder.weight_present:
         raise BadInputError(f"{folder.dir} lacks its llm.mnn.weight", hint="the LLM runtime refuses to load without it")
+    weight = Path(folder.dir) / str((folder.config or {}).get("llm_weight", Path(folder.model_path).name + ".weight"))
+    text_budget.check(folder.dir, weight, folder.llm_config, _vocab(folder), steps, prompt_bytes, budget)
     return str(cfg)
 
 
-def _mnn_llm(export_dir: str, prompt: str, steps: int, out: Path, *, follow: list[int] | None = None,
+def _mnn_llm(export_dir: str, prompt: str, steps: int, out: Path, *, budget: int, follow: list[int] | None = None,
              follow_text: str | None = None, progress: Progress) -> dict[str, object]:
     from ..workers import run_worker
 
-    request = {"config": _config(export_dir), "prompt": prompt, "max_new_tokens": steps, "out": str(out),
-               "stop_ids": _stop_ids(export_dir), "follow": follow, "follow_text": follow_text}
+    prompt_bytes = len(prompt.encode("utf-8")) + len((follow_text or "").encode("utf-8")) + len(follow or [])
+    request = {"config": _config(export_dir, steps, prompt_bytes, budget), "prompt": prompt, "max_new_tokens": steps,
+               "out": str(out), "stop_ids": _stop_ids(export_dir), "follow": follow, "follow_text": follow_text}
     try:
         return run_worker("qnn_debug.llm.text_worker", request, log_path=out / "mnn_llm.log", timeout=900,
-                          progress=progress, what="MNN LLM runtime")
+                          progress=progress, what="MNN LLM runtime", max_rss=budget,
+                          max_rss_hint=text_budget.hint(budget))
     except TargetError as e:
         said = _runtime_errors(out / "mnn_llm.log")
         if not said:
@@ -140,16 +157,21 @@ def llm_text(request: LlmTextRequest, progress: Progress = NULL_PROGRESS) -> Llm
 
 
 def _llm_text(request: LlmTextRequest, out: Path, progress: Progress) -> LlmTextResult:
+    from ..localise.budget import default_budget
+
     notes: list[str] = []
     device_diff: DeviceLogitsDiff | None = None
-    ref_doc = _mnn_llm(request.export_dir, request.prompt, request.max_new_tokens, out / "reference", progress=progress)
+    budget = request.max_memory or default_budget()
+    ref_doc = _mnn_llm(request.export_dir, request.prompt, request.max_new_tokens, out / "reference", budget=budget,
+                       progress=progress)
     reference = _run(ref_doc, f"MNN.llm CPU greedy on {request.export_dir}", out / "reference")
     target: TextRun | None = None
     target_logits: np.ndarray | None = None
     follow: list[int] | None = None
     follow_text: str | None = None
     if request.target_export:
-        t_doc = _mnn_llm(request.target_export, request.prompt, request.max_new_tokens, out / "target", progress=progress)
+        t_doc = _mnn_llm(request.target_export, request.prompt, request.max_new_tokens, out / "target", budget=budget,
+                         progress=progress)
         target = _run(t_doc, f"MNN.llm CPU greedy on {request.target_export}", out / "target")
         target_logits = np.load(target.logits) if target.logits else None
         follow = target.tokens
@@ -177,8 +199,8 @@ def _llm_text(request: LlmTextRequest, out: Path, progress: Progress) -> LlmText
         target_logits = _load_logits(request.target_logits)
     comparison = None
     if target is not None and (follow or follow_text):
-        f_doc = _mnn_llm(request.export_dir, request.prompt, 1, out / "follow", follow=follow, follow_text=follow_text,
-                         progress=progress)
+        f_doc = _mnn_llm(request.export_dir, request.prompt, max(1, len(follow or [])), out / "follow", budget=budget,
+                         follow=follow, follow_text=follow_text, progress=progress)
         target.tokens = target.tokens or [int(t) for t in f_doc.get("follow_tokens") or []]  # type: ignore[attr-defined]
         f_logits = np.load(out / "follow" / str(f_doc["follow_logits"])) if f_doc.get("follow_logits") else np.zeros((0, 1))
         comparison = compare_tokens(reference.tokens, target.tokens, f_logits, target_logits)

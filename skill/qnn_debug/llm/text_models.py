@@ -24,6 +24,8 @@ class LlmTextRequest(BaseModel):
     device: DeviceTextTarget | None = None
     device_logits_diff: bool = Field(default=False, description="on the phone, run llm_logits_diff between the CPU "
                                      "config (device.cpu_config) and device.config instead of llm_demo")
+    max_memory: int | None = Field(default=None, ge=1, description="peak bytes per process (None: a third of the "
+                                   "free memory, at most 8 GiB): checked before MNN.llm starts and while it runs")
 
 
 class TextRun(BaseModel):

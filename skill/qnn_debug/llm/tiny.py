@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import BadInputError
 from ..progress import NULL_PROGRESS, Progress
-from .tiny_graph import GraphFaults, TinyQwen3Config, build_graph, make_weights, prefill_inputs
+from .tiny_graph import DecoderSizes, GraphFaults, TinyQwen3Config, build_graph, make_weights, prefill_inputs
 from .tiny_tokenizer import write_tokenizer
 
 Fault = Literal["unregistered_op", "index_quant", "mul_encoding", "wrong_rotary", "residual_spike"]
@@ -138,10 +138,17 @@ def build_tiny_export(out_dir: str | Path, request: TinyExportRequest | None = N
 
 def _write_runtime_files(out: Path, cfg: TinyQwen3Config, weights: dict[str, np.ndarray], req: TinyExportRequest,
                          act_quant: bool) -> None:
-    """llm_config.json / config.json / export_args.json / tokenizer / bf16 embeddings, as llmexport writes them."""
+    """bf16 embeddings, then the configs and tokenizer (:func:`write_runtime_configs`), as llmexport writes them."""
     emb = weights["embed"].astype(np.float32)
     bf16 = (emb.view(np.uint32) >> 16).astype(np.uint16)  # truncation, as torch's bfloat16 view would store
     bf16.tofile(out / "embeddings_bf16.bin")
+    write_runtime_configs(out, cfg, "tiny-qwen3", quant_bit=req.weight_bits or 16, quant_block=64, smooth=act_quant,
+                          c4=req.fault != "unregistered_op")
+
+
+def write_runtime_configs(out: Path, cfg: DecoderSizes, source: str, *, quant_bit: int, quant_block: int,
+                          smooth: bool = False, c4: bool = True) -> None:
+    """llm_config.json / config.json / export_args.json / tokenizer.txt of an export folder of these sizes."""
     write_tokenizer(out / "tokenizer.txt", cfg.vocab)
     llm_config = {
         "model_type": "qwen3", "hidden_size": cfg.hidden, "layer_nums": cfg.layers, "attention_mask": "float",
@@ -155,9 +162,9 @@ def _write_runtime_files(out: Path, cfg: TinyQwen3Config, weights: dict[str, np.
               "precision": "low", "memory": "low", "sampler_type": "mixed", "temperature": 0.8, "top_k": 40,
               "top_p": 0.9, "tokenizer_file": "tokenizer.txt"}
     (out / "config.json").write_text(json.dumps(config, indent=4), encoding="utf-8")
-    args = {"path": "tiny-qwen3", "dst_path": str(out.name), "export": "mnn", "quant_bit": req.weight_bits or 16,
-            "quant_block": 64, "sym": False, "act_bit": 16, "act_sym": False, "smooth": act_quant, "omni": False,
-            "generate_for_npu": True, "transformer_c4": req.fault != "unregistered_op", "embed_bit": 16}
+    args = {"path": source, "dst_path": str(out.name), "export": "mnn", "quant_bit": quant_bit,
+            "quant_block": quant_block, "sym": False, "act_bit": 16, "act_sym": False, "smooth": smooth, "omni": False,
+            "generate_for_npu": True, "transformer_c4": c4, "embed_bit": 16}
     (out / "export_args.json").write_text(json.dumps(args, indent=4), encoding="utf-8")
 
 

@@ -47,14 +47,21 @@ def run_worker(
     what: str = "worker",
     env: dict[str, str] | None = None,
     stall_s: float | None = None,
+    max_rss: int | None = None,
+    max_rss_hint: str | None = None,
 ) -> dict[str, Any]:
     """Run ``module.main(request)`` in a fresh Python process and return its result dict.
+
+    ``max_rss``: the worker stops itself with a :class:`~qnn_debug.errors.MemoryBudgetError` (``max_rss_hint``
+    as its hint) once its resident size passes this many bytes.
 
     Errors raised in the worker as :class:`QnnDebugError` are re-raised here as the same class;
     crashes become :class:`TargetError` naming the signal and the log file.
     """
     with fs.scratch("qnn-debug-worker-") as tmp:
         req_path, resp_path = Path(tmp) / "request.json", Path(tmp) / "response.json"
+        if max_rss:
+            request = {**request, "_memory_budget": {"bytes": int(max_rss), "hint": max_rss_hint, "what": what}}
         req_path.write_text(json.dumps(request), encoding="utf-8")
         log_file = log_path or Path(tmp) / "worker.log"
         log_file.parent.mkdir(parents=True, exist_ok=True)
