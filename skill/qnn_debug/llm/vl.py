@@ -227,6 +227,8 @@ def llm_config(sizes: VLSizes, image_size: int) -> dict[str, Any]:
         "attention_type": "full", "is_mrope": True, "mrope_axes": 3,
         "key_value_shape": [2, 1, 0, t.kv_heads, t.head_dim],
         "is_visual": True, "image_mean": [127.5, 127.5, 127.5], "image_norm": [1 / 127.5] * 3,
+        # Qwen3Vision writes image_min_pixels 65536; the test export lowers it so that the runtime keeps its small
+        # test image at its own size (the resize rule enlarges anything below it)
         "image_size": image_size, "image_size_unit": unit, "image_min_pixels": unit * unit,
         "image_max_pixels": 16777216, "vision_start": ids["vision_start"], "vision_end": ids["vision_end"],
         "image_pad": ids["image_pad"], "num_grid_per_side": v.num_grid_per_side, "has_deepstack": True,
