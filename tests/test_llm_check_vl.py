@@ -25,7 +25,7 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], P
     small = str(write_small_config(root / "hf"))
     out: dict[tuple[str, str], Path] = {}
     for size, base in (("tiny", VLExportRequest()), ("small", VLExportRequest(hf_config=small, image_grid=(6, 8)))):
-        for fault in (None, "index_quant"):
+        for fault in (None, "index_quant", "vision_unregistered_op"):
             name = f"Qwen3-VL-{size}-{fault or 'clean'}"
             out[(size, fault or "clean")] = Path(build_vl_export(root / name, base.model_copy(update={"fault": fault})).dir)
     return out
@@ -74,6 +74,16 @@ def test_quantised_index_tensors_of_both_graphs(folders: dict[tuple[str, str], P
     assert any(e.startswith("'idx_tensor'") for e in visual["evidence"]) and any(e.startswith("'position_ids'") for e in visual["evidence"])
     assert all(any("QNNBackend.cpp:1738-1779" in s for s in f["sources"]) for f in quant)
     assert doc["findings"][0]["id"] == "quant_on_integer_tensor"  # the first step broken comes first
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_op_without_a_qnn_creator_in_the_encoders_npu_segment(folders: dict[tuple[str, str], Path], size: str) -> None:
+    doc = _check(folders[(size, "vision_unregistered_op")])
+    op = doc["findings"][0]
+    assert (op["id"], op["graph"], op["step"], op["severity"]) == ("unregistered_op_in_npu_segment", "visual.mnn", 2, "error")
+    assert len(op["evidence"]) == 1 and "Tile (OpType 98)" in op["evidence"][0] and "/pos_embed/" in op["evidence"][0]
+    assert any("QNNUtils.cpp:115-160" in s for s in op["sources"])
+    assert not [f for f in doc["findings"] if f["graph"] == "llm.mnn"]  # the decoder is clean
 
 
 @pytest.mark.parametrize("size", SIZES)

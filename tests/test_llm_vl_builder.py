@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from typer.testing import CliRunner
@@ -149,6 +150,10 @@ def test_faults_change_the_graph_they_belong_to(builds: dict[tuple[str, str], VL
             assert r.fault_layer == r.sizes.vision.depth - 1 and _rel(v[1], ref_v[1]) < 1e-6
         else:
             assert vision_err == 0.0 and llm_err > 1e-2 and r.fault_layer == 0, (fault, vision_err, llm_err)
+    # the Tile fault changes the ops, not the numbers
+    tiled = builds[(size, "vision_unregistered_op")]
+    assert any(n.op_type == "Tile" for n in onnx.load(tiled.visual_onnx).graph.node)
+    assert _rel(_run(tiled.visual_onnx, load_inputs(tiled.visual_inputs))[0], ref_v[0]) < 1e-6
 
 
 @pytest.mark.parametrize("size", ["tiny", "small"])

@@ -19,7 +19,9 @@ block, so ``deepstack_feature`` stays clean — or decoder layer 0; all determin
   Qwen3-VL's interleave (text-only prompts, whose three rows are equal, cannot see it);
 - ``deepstack_dropped``: that decoder layer (one of the first k) skips its deepstack add;
 - ``index_quant``: 16-bit activation encodings on the integer tensors of both ``.mnn`` files (``idx_tensor``,
-  both ``position_ids``, every Gather index), as smooth-quant's propagation spreads them.
+  both ``position_ids``, every Gather index), as smooth-quant's propagation spreads them;
+- ``vision_unregistered_op``: the encoder repeats its position embedding with a ``Tile`` (as ports of the Hugging
+  Face encoder do): same numbers, but an op without a QNN creator inside the encoder's NPU segment.
 Real sizes (``size="qwen3-vl-2b"`` or a ``hf_config``) write weights into ``.onnx.data`` files one tensor at a
 time (never the model twice in memory); ``mnn=False`` skips MNN's converter for them.
 """
@@ -48,9 +50,9 @@ from .vl_sizes import VISION_TOKENS, Preset, VLSizes, preset, vl_sizes_from_hf_c
 from .vl_vision import VisionFaults, VisionWeights, build_vision_graph
 
 VLFault = Literal["vision_rotary_swapped", "vision_mask_not_copied", "mrope_chunked", "deepstack_dropped",
-                  "index_quant"]
+                  "index_quant", "vision_unregistered_op"]
 VL_FAULTS: tuple[VLFault, ...] = ("vision_rotary_swapped", "vision_mask_not_copied", "mrope_chunked",
-                                  "deepstack_dropped", "index_quant")
+                                  "deepstack_dropped", "index_quant", "vision_unregistered_op")
 VISION_FAULTS = ("vision_rotary_swapped", "vision_mask_not_copied")
 DECODER_FAULTS = ("mrope_chunked", "deepstack_dropped")
 
@@ -103,7 +105,7 @@ def _sizes(req: VLExportRequest) -> VLSizes:
 
 
 def _fault_layer(req: VLExportRequest, sizes: VLSizes) -> int | None:
-    if req.fault is None or req.fault == "index_quant":
+    if req.fault is None or req.fault in ("index_quant", "vision_unregistered_op"):
         return None
     if req.fault in VISION_FAULTS:
         layer, top = (req.fault_layer if req.fault_layer is not None else sizes.vision.depth - 1), sizes.vision.depth
@@ -153,7 +155,8 @@ def build_vl_export(out_dir: str | Path, request: VLExportRequest | None = None,
     vw, tw = VisionWeights(v), LazyWeights(t)
     big = tw.cfg.weight_bytes() + vw.weight_bytes() > 256 * 2**20
     vfaults = VisionFaults(rotary_swapped_block=layer if req.fault == "vision_rotary_swapped" else None,
-                           mask_dropped_block=layer if req.fault == "vision_mask_not_copied" else None)
+                           mask_dropped_block=layer if req.fault == "vision_mask_not_copied" else None,
+                           tiled_pos_embed=req.fault == "vision_unregistered_op")
     vl = VLText(mrope_section=sizes.mrope_section, deepstack=sizes.deepstack,
                 chunked_layers=[layer] if req.fault == "mrope_chunked" and layer is not None else [],
                 deepstack_dropped_layers=[layer] if req.fault == "deepstack_dropped" and layer is not None else [])
