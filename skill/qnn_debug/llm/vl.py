@@ -44,7 +44,7 @@ from ..progress import NULL_PROGRESS, Progress
 from .sized import LazyWeights, _DataSink
 from .tiny import CHAT_TEMPLATE
 from .tiny_graph import VLText, build_graph
-from .tiny_tokenizer import write_tokenizer
+from .tiny_tokenizer import PIECES, SPECIALS, write_tokenizer
 from .vl_inputs import decoder_inputs, prompt_ids, synthetic_frames, vision_inputs, vision_token_ids
 from .vl_sizes import VISION_TOKENS, Preset, VLSizes, preset, vl_sizes_from_hf_config
 from .vl_vision import VisionFaults, VisionWeights, build_vision_graph
@@ -96,6 +96,20 @@ class VLExport(BaseModel):
     weight_bytes: dict[str, int] = Field(default_factory=dict)
     folder_name_matches: bool = Field(description="the folder name holds 'Qwen' and 'VL', as generate_llm_qnn.py "
                                       "needs to pick the VL IO shapes")
+
+
+class _TextWeights(LazyWeights):
+    """The decoder's weights with an lm_head peaked on printable tokens (as the tiny builder's): greedy text from
+    MNN's runtime stays valid UTF-8 and looks like text, so a divergence reads as one."""
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        w = super().__getitem__(name)
+        if name == "lm_head":
+            first_piece = 256 + len(SPECIALS) + len(VISION_TOKENS)
+            t = np.arange(self.cfg.vocab)
+            printable = ((t >= 32) & (t < 127)) | ((t >= first_piece) & (t < first_piece + len(PIECES)))
+            w *= np.where(printable, 1.0, 0.25).astype(np.float32)[:, None]
+        return w
 
 
 def _sizes(req: VLExportRequest) -> VLSizes:
@@ -152,7 +166,7 @@ def build_vl_export(out_dir: str | Path, request: VLExportRequest | None = None,
     if any(out.iterdir()):
         raise BadInputError(f"{out} is not empty", hint="pass a new directory for the VL export")
     onnx_dir = fs.make_dirs(out / "onnx", what="onnx folder")
-    vw, tw = VisionWeights(v), LazyWeights(t)
+    vw, tw = VisionWeights(v), _TextWeights(t)
     big = tw.cfg.weight_bytes() + vw.weight_bytes() > 256 * 2**20
     vfaults = VisionFaults(rotary_swapped_block=layer if req.fault == "vision_rotary_swapped" else None,
                            mask_dropped_block=layer if req.fault == "vision_mask_not_copied" else None,
