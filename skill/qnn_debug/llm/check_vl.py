@@ -160,10 +160,12 @@ def _visual_io(folder: ExportFolder, visual: MnnModel, path: str, sizes: list[tu
             id="vl_deepstack_output_dropped", graph="visual.mnn", step=4, severity="warning",
             title="the visual IO config keeps only image_embeds: the compiled encoder loses its deepstack output",
             evidence=[f"visual.mnn outputs: {visual.output_names}", f"makeVLIOJson outputs: {configs[0]['outputs']}"],
-            consequence=("generateIO and compilefornpu build the encoder for the listed outputs only, so the deepstack "
-                         "mergers are cut away; on the phone the encoder returns one output, the runtime then takes no "
-                         "deepstack features and the decoder's early layers get zeros at the image tokens: image answers "
-                         "drift from the CPU's while text-only prompts match (inferred from source; not measured on a device)"),
+            consequence=("generateIO loads the encoder with the listed outputs only (its testdir output.mnn then holds "
+                         "image_embeds alone; measured with generateIO), and compilefornpu builds from that test dir, so "
+                         "the deepstack mergers are cut away; on the phone the encoder returns one output, the runtime "
+                         "then takes no deepstack features and the decoder's early layers get zeros at the image tokens: "
+                         "image answers drift from the CPU's while text-only prompts match (the phone side inferred from "
+                         "source, not measured on a device)"),
             remedy=("write the visual IO config yourself with outputs ['image_embeds', 'deepstack_feature'] and run "
                     "generate_llm_qnn.py --model_name visual.mnn --external_file visual.mnn.weight --input_json <it> "
                     "(that path converts exactly the given config); or accept the loss and compare image prompts on "
