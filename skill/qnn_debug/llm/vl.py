@@ -31,11 +31,13 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 from pydantic import BaseModel, Field
 
 from .. import fs
@@ -72,6 +74,8 @@ class VLExportRequest(BaseModel):
                                     "shared rotary's or the first deepstack add's fault starts)")
     mnn: bool = Field(default=True, description="convert both graphs with MNN's converter (visual.mnn, llm.mnn)")
     weight_bits: int = Field(default=0, description="0 = float weights; 4 or 8 = converter weight quant")
+    external_data: bool | None = Field(default=None, description="weights in onnx/*.onnx.data, written one tensor at "
+                                       "a time (default: when the weights exceed 256 MiB)")
     seed: int = 0
 
 
@@ -134,6 +138,14 @@ def _fault_layer(req: VLExportRequest, sizes: VLSizes) -> int | None:
     return layer
 
 
+def _rotary_inline(sink: _DataSink | None) -> Callable[[str, np.ndarray], onnx.TensorProto] | None:
+    """The converter's source keeps the rotary tables inline: MNN's converter folds constants through their Gathers
+    and aborts (std::out_of_range) when those tables sit in external data (seen with MNN 3.6's converter)."""
+    if sink is None:
+        return None
+    return lambda name, arr: numpy_helper.from_array(arr, name) if name.startswith("rotary.") else sink(name, arr)
+
+
 def _write(model: onnx.ModelProto, path: Path) -> str:
     with fs.open_new(path, what="ONNX model") as f:
         f.write(model.SerializeToString())
@@ -167,7 +179,7 @@ def build_vl_export(out_dir: str | Path, request: VLExportRequest | None = None,
         raise BadInputError(f"{out} is not empty", hint="pass a new directory for the VL export")
     onnx_dir = fs.make_dirs(out / "onnx", what="onnx folder")
     vw, tw = VisionWeights(v), _TextWeights(t)
-    big = tw.cfg.weight_bytes() + vw.weight_bytes() > 256 * 2**20
+    big = req.external_data if req.external_data is not None else tw.cfg.weight_bytes() + vw.weight_bytes() > 256 * 2**20
     vfaults = VisionFaults(rotary_swapped_block=layer if req.fault == "vision_rotary_swapped" else None,
                            mask_dropped_block=layer if req.fault == "vision_mask_not_copied" else None,
                            tiled_pos_embed=req.fault == "vision_unregistered_op")
@@ -201,7 +213,7 @@ def build_vl_export(out_dir: str | Path, request: VLExportRequest | None = None,
                 tw.written = big  # the data file holds every big weight: later graphs only need shapes
                 if req.mnn:
                     vis_mnn_src = _write(build_vision_graph(v, vw, faults=vfaults, init_hook=vsink), onnx_dir / "visual_mnn.onnx")
-                    fused = build_graph(t, tw, attention="fused", seq_len=None, init_hook=tsink,
+                    fused = build_graph(t, tw, attention="fused", seq_len=None, init_hook=_rotary_inline(tsink),
                                         vl=vl.model_copy(update={"deepstack_seq": 1}))
                     llm_mnn_src = _write(fused, onnx_dir / "llm_mnn.onnx")
             finally:
