@@ -86,6 +86,9 @@ def run(request: DumpRequest, progress: Progress) -> Run:
     from ..mnn.soc import resolve
 
     opts, own = split_options(request.options, OWN_OPTIONS)
+    if opts.runner == "own":
+        raise BadInputError("runner=own (qnn-debug's own MNN runner) is built on the host only",
+                            hint="drop --option runner, or use --target host with a local MNN build")
     p, _ = plan(Path(request.model), opts, request.precision)  # fail on bad input before touching the phone
     adb = make_adb(own)
     mnn_dir = own.get("mnn_dir") or DEFAULT_MNN_DIR
