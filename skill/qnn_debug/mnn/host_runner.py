@@ -200,7 +200,8 @@ def run_runner(exe: Path, model: Path, inputs: dict[str, np.ndarray], outputs: l
         lines.append(f"output\t{name}")
     spec = work / "spec.tsv"
     spec.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    argv = [str(exe), str(model), str(spec), str(out_dir), str(forward), str(precision), "1" if dump else "0"]
+    argv = [str(exe), str(model.absolute()), str(spec), str(out_dir.absolute()), str(forward), str(precision),
+            "1" if dump else "0"]
     command, _ = process.unbuffered(argv)  # our runner unbuffers itself; MNN's own writes too under stdbuf
     full_env = {**process.environ(), **env, "MNN_QNN_DUMP_DIR": str(dump_dir)}
     try:
