@@ -200,3 +200,29 @@ def test_the_real_ppocr_det_manifest_reads(tmp_path: Path) -> None:
     execution = scan_dump_dir(tmp_path).executions[0]
     assert not execution.malformed and len(execution.entries) == 524
     assert any(e.name == "t370" and e.file == "execution_000000_tensor_0520_t370.raw" for e in execution.entries)
+
+
+def test_diagnose_runs_your_own_mnn_on_the_host_and_gates_it(replay: dict[str, Path], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`diagnose MODEL.onnx --mnn-model yours.mnn --target host`: the reference and floor from the ONNX, your .mnn
+    on MNN's QNN backend, and the baseline's gate on your .mnn."""
+    monkeypatch.setenv("REPLAY_MNN_LOG", str(HEALTHY / "runner.log"))
+    monkeypatch.setenv("REPLAY_DUMP", str(HEALTHY / "dump"))
+    code, first = _host(replay, "diagnose", tmp_path / "d1")
+    assert code == 0, first
+    mine = tmp_path / "mine.mnn"
+    shutil.copy(tmp_path / "d1" / "host" / "model.mnn", mine)  # the .mnn of this ONNX (here: converted by MNN)
+    res = runner.invoke(app, ["diagnose", str(replay["healthy"]), "--mnn-model", str(mine), "--target", "host",
+                              "--inputs", str(HEALTHY / "inputs.npz"), "--option", f"mnn_build_dir={replay['build']}",
+                              "--out", str(tmp_path / "d2"), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["compare"]["verdict"]["kind"] == "ok" and "Your mine.mnn agrees with ONNX Runtime" in doc["baseline_sentence"]
+    run = json.loads((tmp_path / "d2" / "host" / "run.json").read_text())
+    assert "converted_model" not in run["extra"] and run["model"]["path"].endswith("mine.mnn")
+    ran = json.loads(replay["env"].read_text())["argv"]
+    assert ran[1] == str(mine.absolute())
+    # the simulator runs the ONNX model: --mnn-model is refused there, before anything runs
+    res = runner.invoke(app, ["diagnose", str(replay["healthy"]), "--mnn-model", str(mine), "--out",
+                              str(tmp_path / "d3"), "--json"])
+    assert res.exit_code == 2 and "--target host or device" in json.loads(res.stdout)["hint"]

@@ -140,7 +140,7 @@ class DeviceTarget(Target):
     name: ClassVar[str] = "device"
     description: ClassVar[str] = "MNN's QNN backend on an Android phone over adb"
     capabilities: ClassVar[Capabilities] = Capabilities(own_reference=True, takes_settings=True, module_basic=True,
-                                                          over_adb=True)
+                                                          over_adb=True, runs_mnn=True)
     options_model: ClassVar[type[BaseModel]] = ProbeOptions
 
     def options(self, options: dict[str, str]) -> ProbeOptions:

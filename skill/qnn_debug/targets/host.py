@@ -192,7 +192,8 @@ class HostTarget(Target):
 
     name: ClassVar[str] = "host"
     description: ClassVar[str] = "MNN's QNN backend from a local MNN build dir (e.g. x86_64 + HTP simulator libs)"
-    capabilities: ClassVar[Capabilities] = Capabilities(own_reference=True, takes_settings=True, module_basic=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(own_reference=True, takes_settings=True, module_basic=True,
+                                                          runs_mnn=True)
     options_model: ClassVar[type[BaseModel]] = HostOptions
 
     def options(self, options: dict[str, str]) -> HostOptions:
