@@ -226,3 +226,8 @@ def test_diagnose_runs_your_own_mnn_on_the_host_and_gates_it(replay: dict[str, P
     res = runner.invoke(app, ["diagnose", str(replay["healthy"]), "--mnn-model", str(mine), "--out",
                               str(tmp_path / "d3"), "--json"])
     assert res.exit_code == 2 and "--target host or device" in json.loads(res.stdout)["hint"]
+
+
+def test_the_offline_chain_asks_for_an_mnn(tmp_path: Path) -> None:
+    code, doc = _dump(tmp_path, _build(tmp_path), "--option", "mode=offline")
+    assert code == 2 and "takes an .mnn model" in doc["message"] and "--mnn-model" in doc["hint"]

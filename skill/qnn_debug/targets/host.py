@@ -157,7 +157,13 @@ def _runs_online(model: Path, opts: CaptureOptions) -> bool:
     if opts.runner == "modulebasic":
         return False
     offline_parts = opts.mnn2qnn is not None or opts.plugin_model is not None or opts.source_model is not None
-    if model.suffix.lower() == ".onnx" or opts.runner == "own":
+    if model.suffix.lower() == ".onnx":
+        if offline_parts or opts.mode == "offline":
+            raise BadInputError("the offline chain (MNN2QNNModel, ModuleBasic) takes an .mnn model, not an .onnx",
+                                hint="give the .mnn (diagnose: --mnn-model yours.mnn), or drop mnn2qnn/plugin_model/"
+                                     "mode=offline to run the .onnx online through qnn-debug's own runner")
+        return True
+    if opts.runner == "own":
         return True
     return opts.mode == "online" or (opts.mode == "auto" and not offline_parts)
 
