@@ -89,7 +89,7 @@ def test_path_markers_name_the_host_paths() -> None:
     assert path_fields(dump)["model"] == PathRole("file") and path_fields(dump)["out"].role == "out"
     assert {k: r.role for k, r in path_fields(TargetOptions).items()} == {
         "source_model": "in", "plugin_model": "in", "mnn2qnn": "exec", "qnn_sdk": "exec", "mnn_build_dir": "exec",
-        "qnn_lib_dir": "exec"}
+        "qnn_lib_dir": "exec", "mnn_source_dir": "exec"}
     server_set = {n for n, f in dump.model_fields.items() if marker(f, ServerSet) is not None}
     assert server_set == {"adb", "timeout", "force", "extra_options"}
 

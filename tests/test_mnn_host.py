@@ -130,3 +130,24 @@ def test_host_copies_of_the_test_dir_stay_confined(mnn_fixtures: Path, build: tu
     assert doc["hint"] and ("outside the allowed roots" if plant == "link out" else "not a regular file") in doc["message"]
     assert "SECRET" not in res.stdout + res.stderr
     assert hostile.snapshot(outside) == before
+
+
+def test_host_probes_take_the_qnn_sdk_too(build: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """`bisect --target host` runs ModuleBasic once per cut: `--option qnn_sdk` reaches it (QNN_SDK_ROOT and the
+    SDK's libraries), as for every MNN tool the product starts; before, the probe options refused the key."""
+    import onnx
+
+    from qnn_debug.examples import small_cnn
+
+    build_dir, libs, env_log = build
+    sdk = tmp_path / "sdk"
+    (sdk / "lib" / "x86_64-linux-clang").mkdir(parents=True)
+    onnx.save(small_cnn(), str(tmp_path / "m.onnx"))
+    res = runner.invoke(app, ["bisect", str(tmp_path / "m.onnx"), "--target", "host", "--option",
+                              f"mnn_build_dir={build_dir}", "--option", f"qnn_lib_dir={libs}", "--option",
+                              f"qnn_sdk={sdk}", "--out", str(tmp_path / "b"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["verdict"] == "ok"
+    seen = json.loads(env_log.read_text())
+    assert seen["QNN_SDK_ROOT"] == str(sdk.absolute())
+    assert str(sdk.absolute() / "lib" / "x86_64-linux-clang") in seen["LD_LIBRARY_PATH"].split(os.pathsep)

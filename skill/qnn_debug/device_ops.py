@@ -62,6 +62,7 @@ def run_model(model: str | os.PathLike[str], *, target: Literal["device", "host"
     opts = dict(options or {})
     opts.setdefault("forward", str(fwd))
     opts.setdefault("mnn_precision", precision)
+    opts.setdefault("runner", "modulebasic")  # `run` is ModuleBasic's own test, on the host too
     if "mode" not in opts and not ({"mnn2qnn", "plugin_model"} & set(opts)):
         opts["mode"] = "online"
     if testdir is not None:

@@ -42,17 +42,29 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
              soc_model: int = DEFAULT_SOC, htp_arch: int | None = None, seed: int = 0, force: bool = False,
              mnn_gate: bool = True, target_options: dict[str, str] | None = None, timeout: float = 1800.0,
              reference_model: str | os.PathLike[str] | None = None,
+             mnn_model: str | os.PathLike[str] | None = None,
              progress: Progress = NULL_PROGRESS) -> DiagnoseResult:
     """Diagnose ``model`` on ``target``. ``reference_model`` (default: ``model``) is what the baseline runs:
-    pass the original model there and an edited one as ``model`` to diagnose an injected bug."""
+    pass the original model there and an edited one as ``model`` to diagnose an injected bug. ``mnn_model``
+    (targets that run MNN models): the user's own ``.mnn`` of the ONNX ``model`` runs on the target, and the
+    baseline gates it against ONNX Runtime (reference and floor still come from the ONNX)."""
     from .baseline import run_baseline
     from .compare.pipeline import compare_paths
     from .dump import run_dump
     from .targets import DumpRequest
     from .targets import target as get_target
 
-    watch_marking = get_target(target).capabilities.observer_effect  # marking may break or change its graph
+    caps = get_target(target).capabilities
+    watch_marking = caps.observer_effect  # marking may break or change its graph
     model_path, base_model = Path(model), Path(reference_model or model)
+    if mnn_model is not None:
+        if not caps.runs_mnn:
+            raise BadInputError(f"--mnn-model applies to targets that run MNN models; {target} runs the ONNX model",
+                                hint="drop --mnn-model, or choose --target host or device")
+        if model_path.suffix.lower() != ".onnx":
+            raise BadInputError("--mnn-model goes with an .onnx model (the reference and floor come from it)",
+                                hint="pass the .onnx as MODEL and your .mnn as --mnn-model")
+        model_path = fs.check(mnn_model, what="--mnn-model", kind="file")
     out_dir = _prepare_out(Path(out), force)
     started = time.monotonic()
     inputs_path, inputs_note = _inputs(base_model, out_dir, inputs, shapes, seed)
@@ -72,7 +84,7 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
     with ThreadPoolExecutor(max_workers=3, thread_name_prefix="qnn-debug-diagnose") as pool:
         base_future = pool.submit(timed, "baseline", run_baseline, base_model, out_dir / BASELINE_DIR,
                                   inputs=inputs_path, shapes=shapes, seed=seed, force=force, progress=progress,
-                                  mnn_gate=mnn_gate)
+                                  mnn_gate=mnn_gate, mnn_model=mnn_model)
         dump_future = pool.submit(timed, "dump", run_dump, request, progress)
         pool.submit(_warm_imports)  # the comparison's heavy imports, while the target runs
         base_error = base_future.exception()

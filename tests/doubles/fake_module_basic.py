@@ -7,7 +7,7 @@ HTP stores them, and a wrapper made with ``--dump_intermediate_outputs`` writes 
 format (manifest + raw, ``t<N>`` names, fp16, NC4HW4 tensors channel-last, fp16 cast stages).
 Double-only convention: the fake ``MNN2QNNModel`` stores the source ``.mnn`` as the ``.bin``.
 
-``FAKE_MB_ENV_LOG`` (host runs) records CWD, argv and library path. ``FAKE_MB_MODE`` switches failure modes: ``crash`` (SIGSEGV after the first ``Run for``), ``qnn6000``
+``FAKE_MB_ENV_LOG`` (host runs) records CWD, argv, library path and QNN_SDK_ROOT. ``FAKE_MB_MODE`` switches failure modes: ``crash`` (SIGSEGV after the first ``Run for``), ``qnn6000``
 (graphExecute fails with error code 6000 and outputs stay zero, like the shapeMutable bug).
 """
 
@@ -64,7 +64,8 @@ def main(argv: list[str]) -> int:
     if os.environ.get("FAKE_MB_ENV_LOG"):  # lets host-target tests see how the tool was started
         Path(os.environ["FAKE_MB_ENV_LOG"]).write_text(json.dumps({
             "cwd": os.getcwd(), "argv": argv, "LD_LIBRARY_PATH": os.environ.get("LD_LIBRARY_PATH"),
-            "MNN_QNN_DUMP_DIR": os.environ.get("MNN_QNN_DUMP_DIR")}), encoding="utf-8")
+            "MNN_QNN_DUMP_DIR": os.environ.get("MNN_QNN_DUMP_DIR"), "QNN_SDK_ROOT": os.environ.get("QNN_SDK_ROOT")}),
+            encoding="utf-8")
     try:
         wrapper = read_mnn_model(model_path)
     except Exception:

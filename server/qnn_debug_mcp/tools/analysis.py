@@ -35,7 +35,7 @@ COMPARE = """Step 3: compare a QNN run with the baseline tensor by tensor. `refe
 directory (or a reference run); `target` is a dump_qnn/run_on_device run directory, an MNN
 QNN dump directory (manifest_*.tsv + .raw; give `mnn_model` to name t<N> tensors) or an .npz.
 Returns `result.first_failing` (tensor, op, op type, position, local error), `result.verdict`
-(kind ok / precision / quantization / real_bug / input_not_copied, pattern, confidence,
+(kind ok / precision / quantization / real_bug / input_not_copied / undecided, pattern, confidence,
 summary, evidence), the `top` worst tensor rows against the fp16 floor, and `report_uri`
 (the full Markdown report; the table, JSON and an error-by-position plot are resources too)."""
 

@@ -1,7 +1,8 @@
 """Settings of the ``device`` and ``host`` targets as one typed model, and how ``--option key=value`` reads into it.
 
 The host paths among them carry :class:`~.fields.PathRole`: the ones the engine *executes or loads as native
-code* (``mnn2qnn``, ``qnn_sdk``, ``mnn_build_dir``, ``qnn_lib_dir``) have ``role="exec"``, so the MCP server
+code* (``mnn2qnn``, ``qnn_sdk``, ``mnn_build_dir``, ``qnn_lib_dir``, and ``mnn_source_dir``, whose headers are
+compiled into the host's runner) have ``role="exec"``, so the MCP server
 takes them only from folders its operator configured. ``serial`` and ``adb`` are fields of the request itself
 (``adb`` is the operator's choice, never a client's); keys the MCP server does not offer (simulator provider
 options, ``disabled_optimizers``, ...) are kept as ``extra_options`` and checked by the target that reads them.
@@ -41,7 +42,10 @@ class TargetOptions(BaseModel):
         None, description="MNN2QNNModel executable (x86_64 host) for offline runs")
     qnn_sdk: Annotated[HostPath, PathRole("dir", role="exec")] = Field(None, description="QNN/QAIRT SDK root")
     mnn_build_dir: Annotated[HostPath, PathRole("dir", role="exec")] = Field(
-        None, description="local MNN build with ModuleBasic.out (target=host)")
+        None, description="local MNN build (-DMNN_QNN=ON) with libMNN.so, and ModuleBasic.out for run/probes (target=host)")
+    mnn_source_dir: Annotated[HostPath, PathRole("dir", role="exec")] = Field(
+        None, description="MNN's source folder (its include/) when the build's CMakeCache.txt does not name it "
+        "(target=host: the all-tensor runner is compiled against it)")
     qnn_lib_dir: Annotated[HostPath, PathRole("dir", role="exec")] = Field(
         None, description="directory with the QNN libraries (target=host)")
     keep: bool | None = Field(None, description="keep the run directory on the target")

@@ -199,6 +199,9 @@ class DiagnoseRequest(TargetRun):
     precision: Precision = "fp16"
     out: Out = Field(None, description="Output directory (default: qnn-debug-runs/MODEL/diagnose-TARGET)")
     mnn_gate: MnnGate = True
+    mnn_model: Annotated[str | None, PathRole("file"), Cli(flag="--mnn-model"), Field(
+        default=None, max_length=4096, description="device/host: your own .mnn of this ONNX model runs on the target "
+        "instead of one converted here; the baseline gates it against ONNX Runtime")] = None
 
     def default_out(self) -> tuple[str, str] | None:
         return _stem(self.model), f"diagnose-{self.target}"

@@ -113,7 +113,8 @@ def diagnose(request: rq.DiagnoseRequest, progress: Progress) -> DiagnoseResult:
     return run_diagnose(request.model, out_dir(request, request.out), inputs=request.inputs, shapes=request.shapes,
                         target=request.target, precision=request.precision, soc_model=request.soc,
                         htp_arch=request.arch, seed=request.seed, force=request.force, mnn_gate=request.mnn_gate,
-                        target_options=options, timeout=request.timeout, progress=progress)
+                        target_options=options, timeout=request.timeout, mnn_model=request.mnn_model,
+                        progress=progress)
 
 
 def bisect(request: rq.BisectRequest, progress: Progress) -> BisectResult:

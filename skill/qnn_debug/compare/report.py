@@ -34,7 +34,8 @@ def write_report(result: CompareResult, out: str | Path) -> dict[str, str]:
 def markdown(r: CompareResult) -> str:
     v, ff = r.verdict, r.first_failing
     title = {"ok": "healthy", "precision": "precision (no wrong op)", "quantization": "quantization error (no wrong op)",
-             "real_bug": "REAL BUG", "input_not_copied": "INPUT NOT COPIED"}[v.kind]
+             "real_bug": "REAL BUG", "input_not_copied": "INPUT NOT COPIED",
+             "undecided": "undecided (floor and re-run missing)"}[v.kind]
     head = f"# qnn-debug compare: {title}" + (f" at `{ff.op or ff.tensor}` ({ff.op_type or 'graph input'})" if ff else "")
     lines = [head, ""]
     if r.reference_trusted is False:

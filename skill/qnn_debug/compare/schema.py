@@ -21,7 +21,8 @@ from ..next_step import NextStep
 
 SCHEMA_VERSION = 1
 
-VerdictKind = Literal["ok", "precision", "quantization", "real_bug", "input_not_copied"]
+# undecided: a tensor is off, but neither an fp16 floor nor a re-run of the op says whether fp16 or the op is to blame
+VerdictKind = Literal["ok", "precision", "quantization", "real_bug", "input_not_copied", "undecided"]
 Pattern = Literal[
     "none", "zero_input", "bias_only", "permutation", "wrong_coordinates", "wrong_semantics",
     "scale_shift", "constant", "nan_inf", "encoding_range", "fp16_range",

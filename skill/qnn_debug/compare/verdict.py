@@ -43,7 +43,7 @@ __all__ = ["Context", "Decision", "Finding", "Findings", "InputMismatch", "bug",
            "context", "degraded_outputs", "discount_uncompared", "encoding_range", "end_to_end", "finish_ops",
            "floor_fails", "fp16_range", "healthy", "input_mismatch", "mark_first_failing", "name_on_target",
            "note_unchecked", "ops_evidence", "poor_floor", "poor_floor_outputs", "precision", "quantization",
-           "ref_name", "top1_misses", "unconfirmed_bug", "unresolved", "zero_input"]
+           "ref_name", "top1_misses", "unconfirmed_bug", "undecided", "unresolved", "zero_input"]
 
 @dataclass
 class Findings:
@@ -351,6 +351,25 @@ def quantization(found: Findings, th: Thresholds, ctx: Context) -> Decision | No
     done = checked(found)
     return Decision("quantization", "none", 0.85 if done else 0.7,
                     {**ops_evidence(found, ctx), "checked_ops": len(done)}, None, "quantization")
+
+
+def undecided(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
+    """A tensor beyond the fixed fp16 level with no floor run and no op re-run: nothing measured tells fp16
+    precision from a wrong op (an MNN-only baseline of a real fused-ReLU bug read 4.1 dB and was called
+    ``precision``), so the verdict says what is missing instead of guessing. Suspects re-run and fine locally
+    are evidence, so those stay ``precision``."""
+    if found.has_floor or checked(found) or not (_degraded(found, th, ctx.worst) or found.findings):
+        return None
+    missing = ["fp16_floor", "local_rerun"]
+    ev: dict[str, Any] = {**ops_evidence(found, ctx), "missing": missing}
+    first = None
+    open_ = unresolved(found)
+    if open_:  # where the error starts: the place to look once the missing runs are there
+        row = found.rows[open_[0].suspect.tensor]
+        ev.update(_row_evidence(row))
+        first = FirstFailing(tensor=ref_name(row), op=row.op, op_type=row.op_type, position=row.position,
+                             observed_as=row.name if row.stands_for else None)
+    return Decision("undecided", "none", 0.3, ev, first, "undecided", hit=open_[0] if open_ else None)
 
 
 def precision(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:

@@ -232,6 +232,23 @@ def precision_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     return f"Precision, not a wrong op: {where}, but {why}{top}."
 
 
+def undecided_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
+    if d.hit is not None:
+        row = found.rows[d.hit.suspect.tensor]
+        where = (f"{_op_words(row)} is the first op whose output departs from the reference (SQNR "
+                 f"{fmt.db_unit(row.metrics.get('sqnr_db'))}, {_below(row, found, th)})")
+    elif d.worst is not None:
+        where = (f"the worst tensor {d.worst.name!r} has SQNR {fmt.db_unit(d.worst.metrics.get('sqnr_db'))}, "
+                 f"{_below(d.worst, found, th)}")
+    else:
+        where = f"the target is worse than {_floor(found, th)}"
+    rerun = found.local_unavailable or (d.hit.local.note if d.hit and d.hit.local and d.hit.local.note else None)
+    return (f"Undecided: {where}, but nothing measured here tells fp16 precision from a wrong op. Missing: an fp16 "
+            f"floor (the model run with every tensor rounded through fp16, which a baseline built from the ONNX "
+            f"model has) and a re-run of the op on the target's own inputs"
+            f"{f' ({rerun})' if rerun else ' (compare needs the ONNX model for it)'}.")
+
+
 def poor_floor_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     words = ", ".join(f"{n!r} {fmt.db_unit(db)}" for n, db in poor_floor_outputs(found, th)[:3])
     return (f"Precision: the target is at the fp16 floor, but the floor itself is not acceptable (graph output SQNR "
@@ -354,6 +371,21 @@ def _fusions(r: CompareResult) -> list[str]:
     if "MatMul" in types and "Add" in types:  # transformer graphs
         found.append("MatMulAddFusion")
     return found
+
+
+def undecided_steps(r: CompareResult) -> list[NextStep]:
+    """What the verdict lacks: a floor and a re-run, both of which come from the ONNX model."""
+    model: Arg = r.model if r.model and str(r.model).lower().endswith(".onnx") else MODEL
+    ref = Path(r.reference)
+    saved = ref.parent / INPUTS_FILE  # a baseline's reference/ (an .mnn baseline has no floor but has its inputs)
+    inputs: list[Arg] = ["--inputs", saved if ref.name == REFERENCE_DIR and saved.is_file() else INPUTS]
+    mnn: list[Arg] = ["--mnn-model", _mnn_model(r)] if r.target_kind == "mnn-dump" else []
+    return [step("baseline", ["baseline", model, *inputs, "--out", NEW_BASELINE],
+                 "Build the reference and its fp16 floor from the ONNX model with the inputs the target ran: the floor "
+                 "says how much error fp16 alone gives."),
+            step("compare", ["compare", NEW_BASELINE, r.target, "--model", model, *mnn],
+                 "Compare again against that baseline: the suspect op is re-run on the target's own inputs and the "
+                 "verdict becomes real_bug, precision or ok.")]
 
 
 def precision_steps(r: CompareResult) -> list[NextStep]:

@@ -32,9 +32,10 @@ from .testdir import load_inputs, read_testdir
 from .testdir_builder import write_testdir
 
 Mode = Literal["auto", "online", "offline"]
+OFFLINE_HINT = "use the offline path: --option mnn2qnn=... --option qnn_sdk=..."  # where every tensor comes from
 CONVERTED_DIR = "mnn2qnn"  # inside the run dir: the debug wrapper .mnn and its context .bin
 COMMON_OPTIONS = {"mode", "source_model", "plugin_model", "mnn2qnn", "qnn_sdk", "testdir", "baseline", "forward",
-                  "mnn_precision", "keep", "loops", "threads"}
+                  "mnn_precision", "keep", "loops", "threads", "runner"}
 
 
 class CaptureOptions(BaseModel):
@@ -52,6 +53,9 @@ class CaptureOptions(BaseModel):
     keep: bool = False  # keep the run directory on the target
     loops: int = 0
     threads: int = 1
+    # host: what runs an online dump: our own runner (every tensor) or ModuleBasic (outputs, ModuleBasic's check;
+    # what `qnn-debug run` asks for); auto = our runner for dumps
+    runner: Literal["auto", "own", "modulebasic"] = "auto"
 
 
 def split_options(options: dict[str, str], own: set[str]) -> tuple[CaptureOptions, dict[str, str]]:
@@ -131,7 +135,8 @@ def _binary(wrapper_path: Path, wrapper: MnnModel) -> list[Path]:
 
 
 def capture(request: DumpRequest, executor: Executor, opts: CaptureOptions, progress: Progress, *, target: str,
-            soc_model: int, htp_arch: int, warnings: list[str] | None = None, extra: dict[str, Any] | None = None) -> Run:
+            soc_model: int, htp_arch: int, warnings: list[str] | None = None, extra: dict[str, Any] | None = None,
+            dump_hint: str = OFFLINE_HINT) -> Run:
     """Run the request's model through ModuleBasic on ``executor`` and write the run directory."""
     from ..inputs import prepare_inputs
 
@@ -184,7 +189,8 @@ def capture(request: DumpRequest, executor: Executor, opts: CaptureOptions, prog
                                   target=target, soc_model=soc_model, htp_arch=htp_arch, warnings=notes, extra=details,
                                   input_arrays=arrays, progress=progress)
         else:
-            run = _outputs_run(mb, source, arrays, input_info, request, target, soc_model, htp_arch, notes, details)
+            run = _outputs_run(mb, source, arrays, input_info, request, target, soc_model, htp_arch, notes, details,
+                               dump_hint)
         atomic_write_text(run.dir / "logs" / "modulebasic.log", mb.log)
         for f in kept:
             (run.dir / CONVERTED_DIR).mkdir(exist_ok=True)
@@ -215,7 +221,8 @@ def _convert(p: Plan, opts: CaptureOptions, arrays: dict[str, np.ndarray], sourc
 
 
 def _outputs_run(mb: ModuleBasicRun, source: MnnModel, arrays: dict[str, np.ndarray], input_info: InputInfo,
-                 request: DumpRequest, target: str, soc: int, arch: int, notes: list[str], details: dict[str, Any]) -> Run:
+                 request: DumpRequest, target: str, soc: int, arch: int, notes: list[str], details: dict[str, Any],
+                 dump_hint: str) -> Run:
     """An online run: graph inputs plus the final outputs ModuleBasic saved in output/output.mnn."""
     saved_path = mb.local_dir / "output" / "output.mnn"
     saved: dict[str, Any] = {}
@@ -224,8 +231,8 @@ def _outputs_run(mb: ModuleBasicRun, source: MnnModel, arrays: dict[str, np.ndar
             saved = read_mnn_constants(saved_path)
         except BadInputError as e:
             notes = [*notes, f"output/output.mnn unreadable ({e.message}); outputs taken from output/*.txt"]
-    notes = [*notes, "ModuleBasic cannot switch on QNN's intermediate dump: only the final outputs were captured "
-             "(use the offline path: --option mnn2qnn=... --option qnn_sdk=...)"]
+    notes = [*notes, f"ModuleBasic cannot switch on QNN's intermediate dump: only the final outputs were captured "
+             f"({dump_hint})"]
     record = RunRecord(role="target", target=target, precision=request.precision, model=model_info(source),
                        inputs=input_info, soc_model=soc, htp_arch=arch, outputs=[], warnings=notes, extra=details)
     writer = RunWriter(request.out, record, force=request.force)

@@ -39,6 +39,7 @@ class Capabilities(BaseModel):
     takes_settings: bool = False  # the typed device/host settings (serial, mnn_dir, ...) apply to it
     module_basic: bool = False  # runs a model with MNN's ModuleBasic as MNN's own test does (``qnn-debug run``)
     over_adb: bool = False  # a phone over adb: ``serial`` and the ``adb`` executable apply
+    runs_mnn: bool = False  # dump() runs an .mnn model (MNN's own QNN backend): ``diagnose --mnn-model`` applies
 
 
 class NoOptions(BaseModel):

@@ -86,6 +86,9 @@ def run(request: DumpRequest, progress: Progress) -> Run:
     from ..mnn.soc import resolve
 
     opts, own = split_options(request.options, OWN_OPTIONS)
+    if opts.runner == "own":
+        raise BadInputError("runner=own (qnn-debug's own MNN runner) is built on the host only",
+                            hint="drop --option runner, or use --target host with a local MNN build")
     p, _ = plan(Path(request.model), opts, request.precision)  # fail on bad input before touching the phone
     adb = make_adb(own)
     mnn_dir = own.get("mnn_dir") or DEFAULT_MNN_DIR
@@ -137,7 +140,7 @@ class DeviceTarget(Target):
     name: ClassVar[str] = "device"
     description: ClassVar[str] = "MNN's QNN backend on an Android phone over adb"
     capabilities: ClassVar[Capabilities] = Capabilities(own_reference=True, takes_settings=True, module_basic=True,
-                                                          over_adb=True)
+                                                          over_adb=True, runs_mnn=True)
     options_model: ClassVar[type[BaseModel]] = ProbeOptions
 
     def options(self, options: dict[str, str]) -> ProbeOptions:

@@ -97,6 +97,16 @@ class Quantization(_OnOps):
         return w.quantization_steps(r) if r.verdict.kind == "quantization" else None
 
 
+class Undecided(_OnOps):
+    """No floor and no re-run: says what is missing; never ``precision`` (it would clear a possible wrong op)."""
+
+    name = "undecided"
+    _decide, _sentence = v.undecided, w.undecided_sentence
+
+    def next_steps(self, r: CompareResult) -> list[NextStep] | None:
+        return w.undecided_steps(r) if r.verdict.kind == "undecided" else None
+
+
 class Precision(_OnOps):
     name = "precision"
     _decide, _sentence = v.precision, w.precision_sentence
@@ -121,4 +131,4 @@ class Healthy(_OnOps):
 
 
 BUILTIN: list[VerdictRule] = [ZeroInput(), InputMismatch(), EncodingRange(), Fp16Range(), Bug(), UnconfirmedBug(),
-                              Quantization(), Precision(), PoorFloor(), Healthy()]
+                              Quantization(), Undecided(), Precision(), PoorFloor(), Healthy()]
