@@ -344,6 +344,13 @@ class LlmTextRequest(Request):
         description="CPU config name inside device_model_dir for device_logits_diff")] = "config.json"
     llm_logits_diff: Annotated[DeviceFolder, Cli(flag="--llm-logits-diff"), Field(
         description="llm_logits_diff on the phone (default: device_model_dir/llm_logits_diff)")] = None
+    image: Annotated[str | None, PathRole("file"), Cli(flag="--image"), Field(
+        default=None, max_length=4096,
+        description="Image for a vision-language export (PNG, JPEG, BMP, GIF): MNN's runtime runs visual.mnn on it; it "
+        "goes where the prompt says <img>image_0</img>, else before the text (pushed to the phone for llm_demo)")] = None
+    also_text_only: Annotated[bool, Cli(flag="--also-text-only"), Field(
+        description="With --image: run the same comparison without the image too, to tell an image-path bug "
+        "(visual.mnn, deepstack, image positions) from a text-path one")] = False
 
     def default_out(self) -> tuple[str, str] | None:
         return _leaf(self.export_dir), "llm-text"

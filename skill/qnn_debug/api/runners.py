@@ -179,7 +179,8 @@ def llm_text(request: rq.LlmTextRequest, progress: Progress) -> LlmTextResult:
     engine_request = text_models.LlmTextRequest(
         export_dir=r.export_dir, prompt=text.strip() or "Hello", max_new_tokens=r.max_new_tokens,
         out=str(out_dir(r, r.out)), target_export=r.target_export, target_text=target_text,
-        target_logits=r.target_logits, device=device, device_logits_diff=r.device_logits_diff)
+        target_logits=r.target_logits, device=device, device_logits_diff=r.device_logits_diff, image=r.image,
+        also_text_only=r.also_text_only)
     return run_llm_text(engine_request, progress=progress)
 
 
