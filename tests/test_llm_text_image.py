@@ -144,6 +144,7 @@ def test_cli_image_run_and_refusals(vl: dict[str, Path], tmp_path: Path) -> None
     shutil.copytree(export, small_size)
     (small_size / "llm_config.json").write_text(json.dumps({**cfg, "image_pad": 261, "image_size": 8}))
     Image.open(vl["image"]).save(tmp_path / "image.webp")
+    Image.open(vl["image"]).convert("P").save(tmp_path / "image.gif")  # stb_image reads GIF, but MNN builds it without
     data = vl["image"].read_bytes()
     (tmp_path / "cut.png").write_bytes(data[: len(data) // 2])
     (tmp_path / "text.png").write_bytes(b"not an image at all")
@@ -153,6 +154,7 @@ def test_cli_image_run_and_refusals(vl: dict[str, Path], tmp_path: Path) -> None
         ([str(no_visual), "--image", image], 2, "has no visual.mnn"),
         ([str(no_ids), "--image", image], 2, "lacks image_pad"),
         ([str(export), "--image", str(tmp_path / "image.webp")], 2, "WEBP"),
+        ([str(export), "--image", str(tmp_path / "image.gif")], 2, "GIF"),
         ([str(export), "--image", str(tmp_path / "cut.png")], 2, "cannot be decoded"),
         ([str(export), "--image", str(tmp_path / "text.png")], 2, "not an image file"),
         ([str(export), "--image", str(tmp_path / "missing.png")], 2, "does not exist"),

@@ -346,7 +346,7 @@ class LlmTextRequest(Request):
         description="llm_logits_diff on the phone (default: device_model_dir/llm_logits_diff)")] = None
     image: Annotated[str | None, PathRole("file"), Cli(flag="--image"), Field(
         default=None, max_length=4096,
-        description="Image for a vision-language export (PNG, JPEG, BMP, GIF): MNN's runtime runs visual.mnn on it; it "
+        description="Image for a vision-language export (PNG, JPEG or BMP): MNN's runtime runs visual.mnn on it; it "
         "goes where the prompt says <img>image_0</img>, else before the text (pushed to the phone for llm_demo)")] = None
     also_text_only: Annotated[bool, Cli(flag="--also-text-only"), Field(
         description="With --image: run the same comparison without the image too, to tell an image-path bug "

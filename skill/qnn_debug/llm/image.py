@@ -28,8 +28,8 @@ from ..errors import BadInputError
 
 MAX_IMAGE_BYTES = 64 << 20
 MAX_IMAGE_PIXELS = 40_000_000
-# Pillow format names of the files stb_image (MNN::CV::imread / imdecode) decodes
-MNN_DECODABLE = {"PNG": ".png", "JPEG": ".jpg", "BMP": ".bmp", "GIF": ".gif", "PPM": ".ppm", "TGA": ".tga"}
+# Pillow format names of the files MNN::CV::imread / imdecode decode: MNN builds stb_image with JPEG, PNG and BMP only
+MNN_DECODABLE = {"PNG": ".png", "JPEG": ".jpg", "BMP": ".bmp"}
 PLACEHOLDER = "<img>image_0</img>"
 _MEDIA_TAG = re.compile(r"<(img|audio|video)>(.*?)</\1>", re.S)
 TOKEN_KEYS = ("vision_start", "image_pad", "vision_end")
