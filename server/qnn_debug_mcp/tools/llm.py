@@ -46,7 +46,11 @@ along the target's tokens and returns the first divergent token (with the refere
 margin: near tie or broken), top-1 agreement, per-step logits SQNR when the target has logits,
 garbled-text signals (mixed scripts, `!!!!` runs, U+FFFD) and a verdict. With
 `device_logits_diff` the phone runs MNN's llm_logits_diff (CPU config vs NPU config, teacher-forced)
-and `result.device_diff` holds its per-step disagreement, margins, max |Δlogit| and KL."""
+and `result.device_diff` holds its per-step disagreement, margins, max |Δlogit| and KL. For a
+vision-language export (Qwen3-VL: visual.mnn + llm.mnn) give `image` (PNG/JPEG/BMP): MNN's
+runtime encodes it with visual.mnn into the prompt (at `<img>image_0</img>`, else before the text;
+pushed to the phone for llm_demo); `also_text_only` repeats the comparison without the image and
+`image_path` says whether the divergence is on the image path or the text path."""
 
 
 def summarize_text(r: dict[str, Any]) -> str:

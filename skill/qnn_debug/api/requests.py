@@ -355,6 +355,13 @@ class LlmTextRequest(Request):
         max_length=32, pattern=r"^\s*\d+(\.\d+)?\s*[kKmMgGtT]?(i?[bB])?\s*$",
         description="Peak memory per process, e.g. 3G: checked from the export's files before MNN's LLM runtime "
                     "starts and watched while it runs (default: a third of the free memory, at most 8G)")] = None
+    image: Annotated[str | None, PathRole("file"), Cli(flag="--image"), Field(
+        default=None, max_length=4096,
+        description="Image for a vision-language export (PNG, JPEG or BMP): MNN's runtime runs visual.mnn on it; it "
+        "goes where the prompt says <img>image_0</img>, else before the text (pushed to the phone for llm_demo)")] = None
+    also_text_only: Annotated[bool, Cli(flag="--also-text-only"), Field(
+        description="With --image: run the same comparison without the image too, to tell an image-path bug "
+        "(visual.mnn, deepstack, image positions) from a text-path one")] = False
 
     def default_out(self) -> tuple[str, str] | None:
         return _leaf(self.export_dir), "llm-text"

@@ -182,8 +182,8 @@ def llm_text(request: rq.LlmTextRequest, progress: Progress) -> LlmTextResult:
     engine_request = text_models.LlmTextRequest(
         export_dir=r.export_dir, prompt=text.strip() or "Hello", max_new_tokens=r.max_new_tokens,
         out=str(out_dir(r, r.out)), target_export=r.target_export, target_text=target_text,
-        target_logits=r.target_logits, device=device, device_logits_diff=r.device_logits_diff,
-        max_memory=parse_size(r.max_memory) if r.max_memory else None)
+        target_logits=r.target_logits, device=device, device_logits_diff=r.device_logits_diff, image=r.image,
+        also_text_only=r.also_text_only, max_memory=parse_size(r.max_memory) if r.max_memory else None)
     return run_llm_text(engine_request, progress=progress)
 
 

@@ -22,6 +22,9 @@ from ..errors import BadInputError, DeviceError
 
 GREEDY_PREFIX = "qnn-debug-greedy-"
 PROMPT_FILE = "qnn-debug-prompt.txt"
+IMAGE_FILE = "qnn-debug-image"
+# what MNN's runtime prints when it drops an image and goes on with the text alone
+_IMAGE_DROPPED = re.compile(r"Omni Can't open image|Can't decode|Reshape error")
 _STATS = re.compile(r"^#{10,}\s*$", re.M)
 
 
@@ -72,8 +75,12 @@ class DeviceTextTarget(BaseModel):
                                          "(default: <model_dir>/llm_logits_diff)")
 
 
-def run_llm_demo(target: DeviceTextTarget, prompt: str, max_new_tokens: int, log: Path) -> DemoOutput:
-    """Push a one-line prompt file and a greedy copy of the config, run llm_demo, parse its answer."""
+def run_llm_demo(target: DeviceTextTarget, prompt: str, max_new_tokens: int, log: Path, *,
+                 image: Path | None = None) -> DemoOutput:
+    """Push a one-line prompt file and a greedy copy of the config, run llm_demo, parse its answer.
+
+    With ``image`` the file is pushed beside the model and the prompt's ``<img>image_0</img>`` becomes
+    ``<img>device path</img>``, which llm_demo's runtime decodes itself."""
     if not target.model_dir.startswith("/"):
         raise BadInputError(f"device model_dir {target.model_dir!r} is not absolute", hint="e.g. /data/local/tmp/qwen3-npu")
     adb = Adb(target.serial, timeout=target.timeout_s)
@@ -93,6 +100,10 @@ def run_llm_demo(target: DeviceTextTarget, prompt: str, max_new_tokens: int, log
     cfg["sampler_type"] = "greedy"
     greedy = device_path(target.model_dir, GREEDY_PREFIX + PurePosixPath(target.config).name)
     prompt_remote = device_path(target.model_dir, PROMPT_FILE)
+    if image is not None:
+        image_remote = device_path(target.model_dir, IMAGE_FILE + image.suffix)
+        adb.push(image, image_remote)
+        prompt = prompt.replace("<img>image_0</img>", f"<img>{image_remote}</img>")
     with tempfile.TemporaryDirectory(prefix="qnn-debug-llm-demo-") as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps(cfg, ensure_ascii=False, indent=1), encoding="utf-8")
         (Path(tmp) / "prompt.txt").write_text(" ".join(prompt.split()) + "\n", encoding="utf-8")
@@ -106,4 +117,9 @@ def run_llm_demo(target: DeviceTextTarget, prompt: str, max_new_tokens: int, log
     log.write_text(result.output, encoding="utf-8", errors="replace")
     out = parse_llm_demo_output(result.output, prompt_remote)
     out.returncode = result.returncode
+    dropped = [ln.strip() for ln in result.output.splitlines() if _IMAGE_DROPPED.search(ln)]
+    if image is not None and dropped:
+        raise DeviceError(f"llm_demo on the phone dropped the image and answered from the text alone; MNN said: "
+                          f"{' | '.join(dropped[:3])}", hint="check the image and image_size in the phone's llm_config.json; "
+                          f"the full output is in {log}")
     return out

@@ -24,6 +24,16 @@ from ..progress import NULL_PROGRESS, Progress
 from . import text_budget
 from .export_reader import ExportFolder, read_export
 from .garbled import detect_garbled
+from .image import (
+    PLACEHOLDER,
+    ImageInput,
+    VisionSettings,
+    check_image,
+    place_image,
+    refuse_media_tags,
+    store_image,
+    vision_settings,
+)
 from .llm_demo import run_llm_demo
 from .logits_diff import DeviceLogitsDiff, run_logits_diff
 from .text_models import (
@@ -43,6 +53,10 @@ LOGITS_SQNR_BAD_DB = 20.0
 # this is a difference in the graph itself (a broken rotary in one layer of 4-28 gave 23-35 dB with no or one
 # near-tie token flip, which the 20 dB rule called a match).
 SAME_WEIGHTS_SQNR_BAD_DB = 60.0
+# Median logits SQNR the image may cost against the text-only run before the image path is named (a judgment:
+# a healthy target loses nothing to the image; the tiny Qwen3-VL's one-layer faults cost 170 dB against exact
+# text-only logits, and a chunked M-RoPE in one layer leaves a 28-35 dB image run the verdict alone calls fine).
+IMAGE_SQNR_DROP_DB = 20.0
 
 
 def _stop_ids(export_dir: str) -> list[int]:
@@ -84,13 +98,25 @@ def _config(export_dir: str, steps: int, prompt_bytes: int, budget: int) -> str:
     return str(cfg)
 
 
+def _vision(export_dir: str) -> VisionSettings:
+    folder = read_export(export_dir)
+    return vision_settings(folder.dir, folder.config, folder.llm_config)
+
+
+def _is_multimodal(export_dir: str) -> bool:
+    folder = read_export(export_dir)
+    cfg = {**(folder.llm_config or {}), **(folder.config or {})}
+    return bool(cfg.get("is_visual") or cfg.get("is_audio"))
+
+
 def _mnn_llm(export_dir: str, prompt: str, steps: int, out: Path, *, budget: int, follow: list[int] | None = None,
-             follow_text: str | None = None, progress: Progress) -> dict[str, object]:
+             follow_text: str | None = None, image: ImageInput | None = None, progress: Progress) -> dict[str, object]:
     from ..workers import run_worker
 
+    image_req = {"file": image.stored, "pad_id": _vision(export_dir).image_pad} if image is not None else None
     prompt_bytes = len(prompt.encode("utf-8")) + len((follow_text or "").encode("utf-8")) + len(follow or [])
-    request = {"config": _config(export_dir, steps, prompt_bytes, budget), "prompt": prompt, "max_new_tokens": steps,
-               "out": str(out), "stop_ids": _stop_ids(export_dir), "follow": follow, "follow_text": follow_text}
+    request = {"config": _config(export_dir, steps, prompt_bytes, budget), "prompt": prompt, "max_new_tokens": steps, "out": str(out),
+               "stop_ids": _stop_ids(export_dir), "follow": follow, "follow_text": follow_text, "image": image_req}
     try:
         return run_worker("qnn_debug.llm.text_worker", request, log_path=out / "mnn_llm.log", timeout=900,
                           progress=progress, what="MNN LLM runtime", max_rss=budget,
@@ -103,12 +129,12 @@ def _mnn_llm(export_dir: str, prompt: str, steps: int, out: Path, *, budget: int
 
 
 def _runtime_errors(log: Path) -> list[str]:
-    """MNN's own error lines from a worker log (shape errors, unsupported layouts), for the message."""
+    """MNN's own error lines from a worker log (shape errors, unsupported layouts, an image it could not use)."""
     try:
         text = fs.read_text(log, what="worker log", max_bytes=4 << 20, errors="replace")
     except BadInputError:
         return []
-    keys = ("Error", "error", "must", "not support", "Not support", "failed")
+    keys = ("Error", "error", "must", "not support", "Not support", "failed", "Can't open image", "Can't decode")
     return [ln.strip() for ln in text.splitlines() if any(k in ln for k in keys)][:4]
 
 
@@ -143,7 +169,8 @@ def _run(doc: dict[str, object], source: str, out: Path) -> TextRun:
     text = str(doc.get("text", ""))
     return TextRun(source=source, prompt_ids=list(doc.get("prompt_ids") or []),  # type: ignore[call-overload]
                    tokens=tokens, text=text, undecodable_pieces=int(doc.get("undecodable") or 0),  # type: ignore[call-overload]
-                   logits=str(out / str(doc["logits"])) if doc.get("logits") else None, garbled=detect_garbled(text))
+                   logits=str(out / str(doc["logits"])) if doc.get("logits") else None, garbled=detect_garbled(text),
+                   image_tokens=int(doc["image_tokens"]) if doc.get("image_tokens") else None)  # type: ignore[call-overload]
 
 
 def llm_text(request: LlmTextRequest, progress: Progress = NULL_PROGRESS) -> LlmTextResult:
@@ -153,29 +180,59 @@ def llm_text(request: LlmTextRequest, progress: Progress = NULL_PROGRESS) -> Llm
         raise BadInputError("give at most one target (target_export, target_text or device)", hint="run once per target")
     if request.target_logits and not (request.target_text or request.device):
         raise BadInputError("target_logits goes with target_text or device", hint="target_export brings its own logits")
+    _check_image_request(request)
+    checked = check_image(request.image) if request.image is not None else None
     out = fs.claim_dir(request.out, what="--out")
     try:
-        return _llm_text(request, out, progress)
+        image = store_image(request.image, *checked, out) if request.image is not None and checked else None
+        result = _llm_text(request, out, progress, image)
+        if image is not None and request.also_text_only:
+            result = _with_text_only(request, result, out, progress)
+        fs.atomic_write_text(out / "llm_text.json", result.model_dump_json(indent=1))
+        return result
     finally:
         fs.release_dir(out)
 
 
-def _llm_text(request: LlmTextRequest, out: Path, progress: Progress) -> LlmTextResult:
+def _check_image_request(request: LlmTextRequest) -> None:
+    """Everything about an image that can be refused before MNN starts."""
+    exports = [request.export_dir] + ([request.target_export] if request.target_export else [])
+    if request.also_text_only and (request.image is None or not (request.target_export or request.device)):
+        raise BadInputError("also_text_only runs the target a second time without the image: it needs --image and a "
+                            "target that can run again (--target-export or the phone)",
+                            hint="for a captured text, run llm-text again without --image, with the phone's answer to "
+                            "the text-only prompt as --target-text")
+    if request.image is None:
+        if any(_is_multimodal(e) for e in exports):
+            refuse_media_tags(request.prompt, allow_placeholder=False)
+        return
+    if request.device is not None and request.device_logits_diff:
+        raise BadInputError("llm_logits_diff encodes the prompt with its first config only, so the second (NPU) config "
+                            "would get the image's tokens without the image", hint="drop --device-logits-diff: llm_demo "
+                            "takes the image as <img>path</img>")
+    refuse_media_tags(request.prompt, allow_placeholder=True)
+    place_image(request.prompt)
+    for e in exports:
+        _vision(e)
+
+
+def _llm_text(request: LlmTextRequest, out: Path, progress: Progress, image: ImageInput | None = None) -> LlmTextResult:
     from ..localise.budget import default_budget
 
     notes: list[str] = []
     device_diff: DeviceLogitsDiff | None = None
     budget = request.max_memory or default_budget()
-    ref_doc = _mnn_llm(request.export_dir, request.prompt, request.max_new_tokens, out / "reference", budget=budget,
-                       progress=progress)
+    prompt = place_image(request.prompt) if image is not None else request.prompt
+    ref_doc = _mnn_llm(request.export_dir, prompt, request.max_new_tokens, out / "reference", image=image,
+                       budget=budget, progress=progress)
     reference = _run(ref_doc, f"MNN.llm CPU greedy on {request.export_dir}", out / "reference")
     target: TextRun | None = None
     target_logits: np.ndarray | None = None
     follow: list[int] | None = None
     follow_text: str | None = None
     if request.target_export:
-        t_doc = _mnn_llm(request.target_export, request.prompt, request.max_new_tokens, out / "target", budget=budget,
-                         progress=progress)
+        t_doc = _mnn_llm(request.target_export, prompt, request.max_new_tokens, out / "target", image=image,
+                         budget=budget, progress=progress)
         target = _run(t_doc, f"MNN.llm CPU greedy on {request.target_export}", out / "target")
         target_logits = np.load(target.logits) if target.logits else None
         follow = target.tokens
@@ -190,7 +247,8 @@ def _llm_text(request: LlmTextRequest, out: Path, progress: Progress) -> LlmText
         notes.append("the phone's CPU config drives the tokens; its agreement with this machine's reference checks "
                      "the phone's CPU path, device_diff compares the phone's CPU with its NPU config step by step")
     elif request.device is not None:
-        demo = run_llm_demo(request.device, request.prompt, request.max_new_tokens, out / "llm_demo.log")
+        demo = run_llm_demo(request.device, prompt, request.max_new_tokens, out / "llm_demo.log",
+                            image=Path(image.stored) if image is not None else None)
         target = TextRun(source=f"llm_demo on the phone ({request.device.model_dir}/{request.device.config}, greedy copy)",
                          text=demo.text, garbled=detect_garbled(demo.text), demo=demo)
         follow_text = demo.text
@@ -203,8 +261,8 @@ def _llm_text(request: LlmTextRequest, out: Path, progress: Progress) -> LlmText
         target_logits = _load_logits(request.target_logits)
     comparison = None
     if target is not None and (follow or follow_text):
-        f_doc = _mnn_llm(request.export_dir, request.prompt, max(1, len(follow or [])), out / "follow", budget=budget,
-                         follow=follow, follow_text=follow_text, progress=progress)
+        f_doc = _mnn_llm(request.export_dir, prompt, max(1, len(follow or [])), out / "follow", budget=budget,
+                         follow=follow, follow_text=follow_text, image=image, progress=progress)
         target.tokens = target.tokens or [int(t) for t in f_doc.get("follow_tokens") or []]  # type: ignore[attr-defined]
         f_logits = np.load(out / "follow" / str(f_doc["follow_logits"])) if f_doc.get("follow_logits") else np.zeros((0, 1))
         comparison = compare_tokens(reference.tokens, target.tokens, f_logits, target_logits)
@@ -219,10 +277,45 @@ def _llm_text(request: LlmTextRequest, out: Path, progress: Progress) -> LlmText
     if reference.undecodable_pieces:
         notes.append(f"{reference.undecodable_pieces} reference token(s) are not valid UTF-8 on their own (parts of "
                      "multi-token characters); the reference text leaves them out")
-    result = LlmTextResult(out=str(out), prompt=request.prompt, reference=reference, target=target,
-                           comparison=comparison, device_diff=device_diff, verdict=verdict, summary=summary, notes=notes)
-    fs.atomic_write_text(out / "llm_text.json", result.model_dump_json(indent=1))
-    return result
+    version = str(ref_doc["mnn_version"]) if ref_doc.get("mnn_version") else None
+    if image is not None:
+        notes.append(f"the image went through MNN {version}'s own preprocessing (resize to the export's image_size, "
+                     "patches, M-RoPE positions); MNN changed that preprocessing after 3.6.1, so llm_demo on the phone must "
+                     "come from the same MNN version for its text to be comparable")
+    return LlmTextResult(out=str(out), prompt=prompt, reference=reference, target=target, comparison=comparison,
+                         device_diff=device_diff, verdict=verdict, summary=summary, notes=notes, image=image,
+                         mnn_version=version)
+
+
+def _with_text_only(request: LlmTextRequest, with_image: LlmTextResult, out: Path, progress: Progress) -> LlmTextResult:
+    """The same comparison without the image, and which path the two verdicts point at."""
+    text_prompt = request.prompt.replace(PLACEHOLDER, "").strip() or "Hello"
+    alone = _llm_text(request.model_copy(update={"prompt": text_prompt, "image": None}), out / "text_only", progress)
+    with_image.text_only = alone
+    bad = {"diverged", "garbled"}
+    if alone.verdict in bad:
+        with_image.image_path = "text_path"
+        with_image.summary += (f"; without the image it diverges too ({alone.summary}): the decoder's text path is "
+                               "broken, look at llm.mnn first")
+    elif with_image.verdict in bad:
+        with_image.image_path = "image_path"
+        with_image.summary += (f"; without the image the target agrees ({alone.verdict}): the fault is on the image path "
+                               "(visual.mnn, the image embeddings or deepstack features, the image's M-RoPE positions)")
+    elif (drop := _sqnr_drop(with_image, alone)) is not None and drop >= IMAGE_SQNR_DROP_DB:
+        with_image.image_path = "image_path"
+        with_image.summary += (f"; both runs pass the token check, but the image costs {drop:.0f} dB of "
+                               "logits SQNR: the image path (visual.mnn, deepstack, the image's M-RoPE positions) "
+                               "computes something else")
+    else:
+        with_image.image_path = "both_fine"
+    return with_image
+
+
+def _sqnr_drop(with_image: LlmTextResult, alone: LlmTextResult) -> float | None:
+    a, b = with_image.comparison, alone.comparison
+    if a is None or b is None or a.logits_sqnr_median_db is None or b.logits_sqnr_median_db is None:
+        return None
+    return b.logits_sqnr_median_db - a.logits_sqnr_median_db
 
 
 def _load_logits(path: str) -> np.ndarray:

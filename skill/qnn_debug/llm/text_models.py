@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .garbled import GarbledReport
+from .image import ImageInput
 from .llm_demo import DemoOutput, DeviceTextTarget
 from .logits_diff import DeviceLogitsDiff
 
@@ -26,6 +27,10 @@ class LlmTextRequest(BaseModel):
                                      "config (device.cpu_config) and device.config instead of llm_demo")
     max_memory: int | None = Field(default=None, ge=1, description="peak bytes per process (None: a third of the "
                                    "free memory, at most 8 GiB): checked before MNN.llm starts and while it runs")
+    image: str | None = Field(default=None, description="image file for a vision-language export (placed at "
+                              "<img>image_0</img> in the prompt, else before the text)")
+    also_text_only: bool = Field(default=False, description="with an image: run the same comparison again without it, "
+                                 "to tell an image-path bug from a text-path bug")
 
 
 class TextRun(BaseModel):
@@ -37,6 +42,7 @@ class TextRun(BaseModel):
     logits: str | None = None
     garbled: GarbledReport | None = None
     demo: DemoOutput | None = None
+    image_tokens: int | None = Field(default=None, description="image pad tokens MNN put in the prompt (VL runs)")
 
 
 class Divergence(BaseModel):
@@ -70,3 +76,8 @@ class LlmTextResult(BaseModel):
     verdict: Literal["reference_only", "match", "near_tie_flip", "diverged", "garbled"]
     summary: str
     notes: list[str] = Field(default_factory=list)
+    image: ImageInput | None = None
+    mnn_version: str | None = Field(default=None, description="version of the MNN runtime that made the reference")
+    text_only: LlmTextResult | None = Field(default=None, description="the same comparison without the image")
+    image_path: Literal["image_path", "text_path", "both_fine"] | None = Field(
+        default=None, description="with also_text_only: where the divergence lives, from the two verdicts")
