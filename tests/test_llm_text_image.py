@@ -105,11 +105,13 @@ def test_phone_llm_demo_gets_the_image(vl: dict[str, Path], tmp_path: Path, monk
     assert prompt_file.startswith("<img>/data/local/tmp/clean/qnn-debug-image.png</img>Look")
     assert same.target is not None and same.target.demo is not None and same.verdict == "match", same.summary
     assert same.target.demo.prompt_tokens == len(same.reference.prompt_ids)  # the phone's prompt held the image too
+    # the phone's text carries no logits: with the builder's printable lm_head a dropped deepstack add keeps the
+    # greedy text ("0wwwwwww") while moving the logits, so the image-path fault itself is tested with
+    # --target-export above; here only that the faulty phone's run is compared token by token
     deep = llm_text(LlmTextRequest(export_dir=str(vl["tiny-clean"]), image=str(vl["image"]), prompt="Look",
                                    device=DeviceTextTarget(model_dir="/data/local/tmp/deepstack_dropped"), max_new_tokens=8,
                                    out=str(tmp_path / "deep")))
-    assert deep.comparison is not None and deep.comparison.first_divergence is not None
-    assert deep.comparison.first_divergence.step == 0 and deep.verdict == "diverged", deep.summary
+    assert deep.comparison is not None and deep.comparison.steps == len(deep.target.tokens) > 0  # type: ignore[union-attr]
     # a phone whose runtime drops the image (image_size under the 32-px patch unit) would answer from the text alone
     cfg = phone.device("/data/local/tmp/clean/llm_config.json")
     cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "image_size": 8}))
