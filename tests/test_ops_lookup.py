@@ -89,3 +89,13 @@ def test_cli_json_and_human() -> None:
     assert doc["mnn"][0]["optype"] == "Deconvolution"
     human = runner.invoke(app, ["op", "Conv2d", "--sdk", str(SDK_NEW)])
     assert human.exit_code == 0 and "HTP: Yes" in human.stdout and "source:" in human.stdout
+
+
+@pytest.mark.parametrize("op, words", [("Add", "never reads activationType"), ("BinaryOp", "Max(x, 0)"),
+                                       ("ConvTranspose", "QNNDeconvolution does not"), ("17", "Relu/Relu6")])
+def test_fused_relu_traps_found_on_the_host_build_are_in_the_lookup(op: str, words: str) -> None:
+    """The two fused-Relu losses of MNN's QNN translation (BinaryOp, Deconvolution), each with its source lines."""
+    res = CliRunner().invoke(app, ["op", op, "--json"])
+    assert res.exit_code == 0, res.output
+    facts = [f for f in json.loads(res.stdout)["facts"] if words in f["text"]]
+    assert facts and facts[0]["kind"] == "trap" and "alibaba/MNN@4d40bdb" in facts[0]["source"], facts
