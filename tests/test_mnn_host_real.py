@@ -115,3 +115,17 @@ def test_a_decoder_block_mnn_refuses_gets_the_refusal_by_name(host: list[str], t
     assert code == 3 and doc["error"] == "unsupported_nodes", doc
     assert "StridedSlice (MNN OpType 91) at '/layers.0/self_attn/rotary_q/Slice_1_output_0'" in doc["message"]
     assert "steps" in doc["hint"]
+
+
+def test_the_fused_relu_fix_is_proven_on_mnns_own_qnn_backend(host: list[str], tmp_path: Path) -> None:
+    """`fix --option mnn_build_dir=…`: the Add+Relu rewritten as Add then Max(x, 0) runs right on MNN's QNN backend."""
+    onnx.save(deep_conv_net(blocks=2, channels=4, size=8), str(tmp_path / "m.onnx"))
+    code, doc = _cli("diagnose", str(tmp_path / "m.onnx"), "--target", "host", *host, "--out", str(tmp_path / "d"))
+    assert code == 0 and doc["compare"]["verdict"]["kind"] == "real_bug", doc
+    code, fix = _cli("fix", str(tmp_path / "d"), "--out", str(tmp_path / "fix"), "--cases", str(tmp_path / "cases.jsonl"),
+                     *host)
+    assert code == 0, fix
+    checks = {c["name"]: c for c in fix["proof"]}
+    assert checks["MNN's QNN backend (host build) runs the fix right"]["passed"], checks
+    assert fix["proven"] and fix["not_proven"] == [], fix["summary"]
+    assert fix["case_file"] and (tmp_path / "cases.jsonl").is_file()  # fully proven: the solved case is recorded

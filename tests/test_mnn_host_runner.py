@@ -231,3 +231,26 @@ def test_diagnose_runs_your_own_mnn_on_the_host_and_gates_it(replay: dict[str, P
 def test_the_offline_chain_asks_for_an_mnn(tmp_path: Path) -> None:
     code, doc = _dump(tmp_path, _build(tmp_path), "--option", "mode=offline")
     assert code == 2 and "takes an .mnn model" in doc["message"] and "--mnn-model" in doc["hint"]
+
+
+def test_fix_of_a_fused_add_relu_is_checked_on_the_host_build(replay: dict[str, Path], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fix` on the BinaryOp case: the converted .mnn keeps Max(x, 0) as its own op (its producer moves from the fused
+    Add to the new BinaryOp: main refused it because both are BinaryOps), and with the host build given the fixed model
+    is diagnosed on MNN's own QNN backend. The replayed dump is the buggy model's (its tensor numbering no longer fits
+    the fixed .mnn), so the host check must fail and say what it saw; the real build proves it (test_mnn_host_real)."""
+    monkeypatch.setenv("REPLAY_MNN_LOG", str(BUGGY / "runner.log"))
+    monkeypatch.setenv("REPLAY_DUMP", str(BUGGY / "dump"))
+    code, _ = _host(replay, "diagnose", tmp_path / "diag", BUGGY)
+    assert code == 0
+    res = runner.invoke(app, ["fix", str(tmp_path / "diag"), "--out", str(tmp_path / "fix"),
+                              "--option", f"mnn_build_dir={replay['build']}", "--option", f"qnn_lib_dir={replay['libs']}",
+                              "--json"])
+    assert res.exit_code == 1, res.output  # a proof check failed
+    doc = json.loads(res.stdout)
+    checks = {c["name"]: c for c in doc["proof"]}
+    assert checks["the converted .mnn keeps the activation as its own op"]["passed"], checks
+    host = checks["MNN's QNN backend (host build) runs the fix right"]
+    assert not host["passed"] and "real_bug" in host["detail"] and "first failing now" in host["detail"], host
+    assert not doc["proven"] and doc["not_proven"] == [] and "On MNN's own QNN backend (host build)" in doc["summary"]
+    assert (tmp_path / "fix" / "host" / "host" / "run.json").is_file()

@@ -570,6 +570,10 @@ class FixRequest(Request):
         "input.json gets shapeMutable false, the previous file kept)")] = None
     out: Out = Field(None, description="Folder of the proof runs (default: qnn-debug-runs/RESULT/fix)")
     soc: Soc = DEFAULT_SOC
+    options: Annotated[TargetOptions | None, Cli(flag="--option", parse=parse_option_pairs, repeat=True, spread=True,
+                                                 metavar="KEY=VALUE"), Field(
+        default=None, description="A host MNN build to prove a fix of MNN's QNN translation on (mnn_build_dir, "
+        "qnn_lib_dir, qnn_sdk; on the command line --option key=value): the fixed model is diagnosed on it")] = None
     cases: Annotated[str | None, PathRole("file"), Cli(flag="--cases", default="qnn-debug-cases.jsonl"), Field(
         default=None, max_length=4096, description="Cases file that gets the solved case once every proof check "
         "passed (created if absent; triage reads it); the command line's default is qnn-debug-cases.jsonl")] = None

@@ -18,7 +18,8 @@ from .models import RANGE_PATTERNS, FixResult
 
 def run_fix(result: str, out: Path, *, model: str | None = None, input_range: dict[str, list[float]] | None = None,
             test_dir: str | None = None, soc_model: int = 69, timeout: float = 1800.0, force: bool = False,
-            cases: str | None = None, progress: Progress = NULL_PROGRESS) -> FixResult:
+            cases: str | None = None, host_options: dict[str, str] | None = None,
+            progress: Progress = NULL_PROGRESS) -> FixResult:
     """Fix the verdict of the comparison at ``result`` (see :func:`.source.load_source`)."""
     from .llm_export import is_export
     from .source import load_source, numbers  # here: importing the package (for its models) stays light
@@ -39,7 +40,7 @@ def run_fix(result: str, out: Path, *, model: str | None = None, input_range: di
         from .fused_activation import fix_fused_activation
 
         fixed = fix_fused_activation(source, _fused_relu(source) or "", model=model, out=out, timeout=timeout,
-                                     force=force, progress=progress)
+                                     force=force, host_options=host_options, progress=progress)
     elif v.kind == "quantization" and v.pattern == "encoding_range":
         from .encoding import fix_encoding
 

@@ -4,7 +4,9 @@ MNN's converter folds a Relu into the Convolution/Deconvolution before it (the o
 backend may then drop it. ``Max(x, 0)`` computes the same values (bit for bit in fp32) but is an elementwise
 BinaryOp the converter does not fold, so the .mnn keeps it as a separate op that the backend translates on its
 own. Proven here: the converted .mnn has the BinaryOp producing the activation's tensor, ONNX Runtime fp32 and
-MNN CPU still match the reference. Not provable without the phone or a host MNN build: MNN's QNN translation.
+MNN CPU still match the reference. MNN's QNN translation of the separate op is proven only on MNN's own backend:
+given a host MNN build (``host_options``: mnn_build_dir, qnn_lib_dir), the fixed model is diagnosed on it and the
+first failing op must be gone; otherwise that is left to the phone and said so.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def unfuse(model: onnx.ModelProto, relu: str) -> onnx.ModelProto:
 
 
 def fix_fused_activation(source: Source, relu: str, *, model: str | None, out: Path, timeout: float, force: bool,
-                         progress: Progress) -> FixResult:
+                         progress: Progress, host_options: dict[str, str] | None = None) -> FixResult:
     """Write ``<model>.relu-unfused.onnx`` and prove what this machine can (see the module)."""
     from ..baseline import run_baseline
     from ..mnn.model_reader import read_mnn_model
@@ -99,7 +101,7 @@ def fix_fused_activation(source: Source, relu: str, *, model: str | None, out: P
             run_worker("qnn_debug.workers.mnn_convert_worker", {"src": str(path), "dst": str(mnn[role])},
                        log_path=out / f"convert_{role}.log", timeout=timeout, what="MNN converter")
     before_mnn, after_mnn = read_mnn_model(mnn["original"]), read_mnn_model(mnn["fixed"])
-    proof.append(_unfused_check(before_mnn, after_mnn, relu_out, ff.fused.op_type))
+    proof.append(_unfused_check(before_mnn, after_mnn, relu_out, ff.fused.op_type, ff.fused.op or ""))
     base = run_baseline(artefact, out / "baseline", inputs=source.baseline / INPUTS_FILE, force=force, mnn_gate=True,
                         progress=progress)
     gate = base.report.gate
@@ -111,17 +113,28 @@ def fix_fused_activation(source: Source, relu: str, *, model: str | None, out: P
     after = _simulated(artefact, source.baseline / INPUTS_FILE, out, outputs, ff.tensor, timeout, force, progress)
     rerun = (f"qnn-debug run {shlex.quote(str(mnn['fixed']))} --target device --baseline "
              f"{shlex.quote(str(out / 'baseline'))}")
+    host = None
+    if host_options:
+        host = _on_host(artefact, source.baseline / INPUTS_FILE, out, outputs, ff.tensor, ff.fused.op or "", host_options,
+                        timeout, force, progress)
+        proof.append(host[0])
     proven = all(c.passed for c in proof)
-    not_proven = [f"that MNN's QNN backend now computes {relu} (the separate BinaryOp) right: this needs the phone "
-                  f"or a host MNN build with the QNN backend; run: {rerun}"]
     from ..next_step import NextStep
 
+    if host is None:
+        not_proven = [f"that MNN's QNN backend now computes {relu} (the separate BinaryOp) right: this needs the "
+                      f"phone or a host MNN build with the QNN backend (fix again with --option mnn_build_dir=... "
+                      f"--option qnn_lib_dir=...); run: {rerun}"]
+        tail = "Not proven without the phone or a host MNN build: MNN's QNN translation of the separate op."
+    else:
+        not_proven = []
+        tail = f"On MNN's own QNN backend (host build): {host[0].detail}."
     steps = [NextStep(tool="run_on_device", cli=rerun, why="the fixed .mnn on the phone's QNN backend, judged "
                       "against the fp32 reference: the first failing op must be gone")]
     summary = (f"{'Proven here' if proven else 'NOT proven'}: {relu} (Relu fused into {ff.fused.op_type} {ff.fused.op}) "
                f"rewritten as Max(x, 0) in {artefact.name}; {proof[1].detail}. Before: {_n(before)}; the fixed ONNX "
                f"on the HTP simulator (ONNX Runtime's QNN EP, not MNN's translation): {_n(after) if after else 'n/a'}. "
-               "Not proven without the phone or a host MNN build: MNN's QNN translation of the separate op.")
+               + tail)
     return FixResult(kind="fused_activation", verdict=verdict, summary=summary, artefact=str(artefact),
                      proven=proven, proof=proof, not_proven=not_proven, before=before, after=after, out=str(out),
                      next_steps=steps,
@@ -141,6 +154,27 @@ def _simulated(artefact: Path, inputs: Path, out: Path, outputs: list[str], tens
     return numbers(diag.compare, outputs, tensor=tensor if tensor in rows else None, report=diag.report_dir)
 
 
+def _on_host(artefact: Path, inputs: Path, out: Path, outputs: list[str], tensor: str, fused_op: str,
+             options: dict[str, str], timeout: float, force: bool, progress: Progress) -> tuple[ProofCheck, Numbers | None]:
+    """The fixed ONNX diagnosed on MNN's own QNN backend (a host build): the fused op must no longer fail."""
+    from ..diagnose import diagnose
+
+    diag = diagnose(artefact, out / "host", inputs=inputs, target="host", force=force, mnn_gate=False,
+                    target_options=options, timeout=timeout, progress=progress)
+    res = diag.compare
+    if res is None:
+        return ProofCheck(name="MNN's QNN backend (host build) runs the fix right", passed=False,
+                          detail="the host run gave no comparison"), None
+    rows = {r.stands_for or r.name for r in res.tensors}
+    after = numbers(res, outputs, tensor=tensor if tensor in rows else None, report=diag.report_dir)
+    ff = res.first_failing
+    still = ff is not None and res.verdict.kind != "ok" and (ff.tensor == tensor or ff.op == fused_op)
+    passed = res.verdict.kind == "ok" or (ff is not None and not still and res.verdict.kind != "real_bug")
+    where = f"; first failing now {ff.op} ({ff.op_type}) at {ff.tensor}" if ff is not None and res.verdict.kind != "ok" else ""
+    return ProofCheck(name="MNN's QNN backend (host build) runs the fix right", passed=passed,
+                      detail=f"the fixed model on the host build: {_n(after)}{where} (report {diag.report_dir})"), after
+
+
 def _n(n: Numbers) -> str:
     def db(x: float | None) -> str:
         return "n/a" if x is None else f"{x:.1f} dB"
@@ -149,10 +183,15 @@ def _n(n: Numbers) -> str:
     return f"{n.verdict} ({n.pattern}), {db(n.tensor_sqnr_db)} at {n.tensor}, outputs {outs}"
 
 
-def _unfused_check(before: Any, after: Any, relu_out: str, fused_type: str) -> ProofCheck:
-    def producer_type(m: Any) -> str | None:
+def _unfused_check(before: Any, after: Any, relu_out: str, fused_type: str, fused_op: str = "") -> ProofCheck:
+    """The activation's tensor is written by a new BinaryOp of its own. When the fused op is a BinaryOp itself
+    (Add + Relu merged into it), the producer changes from that op to the new one rather than changing type."""
+    def producer(m: Any) -> Any:
         idx = m.tensor_index(relu_out)
-        op = m.producer(idx) if idx is not None else None
+        return m.producer(idx) if idx is not None else None
+
+    def producer_type(m: Any) -> str | None:
+        op = producer(m)
         return op.type_name if op is not None else None
 
     def binary(m: Any) -> int:
@@ -160,7 +199,9 @@ def _unfused_check(before: Any, after: Any, relu_out: str, fused_type: str) -> P
 
     was, now = producer_type(before), producer_type(after)
     extra = binary(after) - binary(before)
-    passed = now == "BinaryOp" and was != "BinaryOp" and extra == 1
+    old_op, new_op = producer(before), producer(after)
+    moved = was != "BinaryOp" or (old_op is not None and new_op is not None and old_op.name != new_op.name)
+    passed = now == "BinaryOp" and moved and extra == 1
     return ProofCheck(name="the converted .mnn keeps the activation as its own op", passed=passed,
                       detail=f"{relu_out} is produced by {was} before and by {now} after ({len(before.ops)} -> "
                       f"{len(after.ops)} ops, {extra:+d} BinaryOp; the {fused_type} no longer carries it)")
