@@ -26,8 +26,9 @@ from ..errors import BadInputError
 from ..progress import Progress
 from .bisect import RangeFinding, first_out_of_range
 from .budget import block_cost, check_main, default_budget, plan_groups
-from .cut import Block, block, block_model, decoder_layers
+from .cut import Block, block, block_model, decoder_layers, positions_block
 from .external import LazyModel, materialise, open_lazy, run_cpu, weight_bytes
+from .segments import chain
 from .side_by_side import Feeders, side_by_side
 
 
@@ -47,51 +48,18 @@ class StreamedCut:
     fp16_range: RangeFinding | None
     op_types: dict[str, str]
     timings: dict[str, float] = field(default_factory=dict)
+    missing: list[list[str]] = field(default_factory=list)  # per segment: reference outputs the target never makes
+
+    @property
+    def sent(self) -> list[int]:
+        """The segments the target runs: those with at least one output the target makes too."""
+        return [k for k, outs in enumerate(self.outs_per_block) if outs and self.tgt_blocks[k].positions]
 
 
 def _elem(value: Any, known: int | None) -> int:
     from onnx import helper
 
     return known or int(helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype))
-
-
-def _segments(model: onnx.ModelProto, blocks: list[Block]) -> tuple[Block | None, Block | None]:
-    """The ops outside every block: those before the layers (nothing a block makes reaches them) and the rest."""
-    from ..onnx_graph import initializer_names, nodes_in_order
-
-    nodes = nodes_in_order(model)
-    members = {p for b in blocks for p in b.positions}
-    made_by_blocks = {o for p in members for o in nodes[p].outputs}
-    tainted = set(made_by_blocks)
-    before, after = [], []
-    for n in nodes:
-        if n.position in members:
-            continue
-        if any(i in tainted for i in n.inputs):
-            after.append(n.position)
-            tainted.update(n.outputs)
-        else:
-            before.append(n.position)
-    block_reads = {i for b in blocks for i in b.inputs}
-    late = {o for p in after for o in nodes[p].outputs} & block_reads
-    if late:
-        raise BadInputError(f"a decoder block reads {sorted(late)[0]!r}, made outside the layers after an earlier layer",
-                            hint="the layers are not a chain of blocks; use `qnn-debug bisect` on this model")
-    inits = initializer_names(model)
-    const_out = {o for n in nodes if n.op_type == "Constant" for o in n.outputs}
-    graph_outputs = {o.name for o in model.graph.output}
-
-    def seg(positions: list[int], later_reads: set[str]) -> Block | None:
-        if not positions:
-            return None
-        made = {o for p in positions for o in nodes[p].outputs}
-        reads = list(dict.fromkeys(i for p in positions for i in nodes[p].inputs
-                                   if i and i not in made and i not in inits and i not in const_out))
-        outs = [o for p in positions for o in nodes[p].outputs if o in later_reads or o in graph_outputs]
-        return Block(-1, -1, positions, reads, outs) if outs else None
-
-    after_reads = {i for p in after for i in nodes[p].inputs}
-    return seg(before, block_reads | after_reads), seg(after, set())
 
 
 def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
@@ -111,12 +79,15 @@ def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
                            seed=request.seed).arrays
     spans = [(layers[i], layers[min(i + request.layers_per_block, len(layers)) - 1])
              for i in range(0, len(layers), request.layers_per_block)]
-    ref_blocks = [block(reference.model, a, b) for a, b in spans]
-    tgt_blocks = [block(target.model, a, b) for a, b in spans] if target is not reference else ref_blocks
+    ref_layers = [block(reference.model, a, b) for a, b in spans]
+    tgt_layers = [block(target.model, a, b) for a, b in spans] if target is not reference else ref_layers
     plan = [p for p in capture_plan(reference.model) if p.kind != "input"]
     types = tensor_elem_types(reference.model)
-    prologue, epilogue = _segments(reference.model, ref_blocks)
-    segs = [s for s in [prologue, *ref_blocks, epilogue] if s is not None]
+    ref_chain = chain(reference.model, ref_layers)
+    tgt_chain = chain(target.model, tgt_layers) if target is not reference else ref_chain
+    keep = [k for k, seg in enumerate(ref_chain) if seg.positions]
+    ref_blocks, tgt_blocks = [ref_chain[k] for k in keep], [tgt_chain[k] for k in keep]
+    segs = ref_blocks
     check_main([_weights_of(reference.model, s.positions) for s in segs], [_seg_name(s) for s in segs],
                request.max_memory or default_budget())
     timings = {"open_s": round(time.monotonic() - t0, 3)}
@@ -144,13 +115,14 @@ def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
     timings["reference_s"] = round(time.monotonic() - t0, 3)
     target_made = {o for n in target.model.graph.node for o in n.output}
     outs_per_block = [[o for o in rb.outputs if o in target_made] for rb in ref_blocks]
+    missing = [[o for o in rb.outputs if o not in target_made] for rb in ref_blocks]
     op_types = {o: n.op_type for n in reference.model.graph.node for o in n.output}
     return StreamedCut(target, reference, ref_blocks, tgt_blocks, [p.name for p in plan], values, types, shapes,
-                       outs_per_block, rng, op_types, timings)
+                       outs_per_block, rng, op_types, timings, missing)
 
 
 def _seg_name(seg: Block) -> str:
-    return "the ops outside the layers" if seg.first < 0 else seg.name
+    return seg.name
 
 
 def _weights_of(model: onnx.ModelProto, positions: list[int]) -> int:
@@ -227,21 +199,46 @@ def _batches(model: onnx.ModelProto, pieces: list[list[int]]) -> list[list[int]]
 
 def block_stages(cut: StreamedCut, work: Path, budget: int | None, progress: Progress) -> list[dict[str, Any]]:
     """The blocks grouped within the memory budget, one stage (one simulator session) per group."""
+    sent = cut.sent
     hidden = max((np.asarray(cut.values[b.inputs[0]]).nbytes for b in cut.ref_blocks if b.inputs), default=0)
-    costs = [block_cost(_weights_of(cut.target.model, b.positions), hidden) for b in cut.tgt_blocks]
-    groups = plan_groups(costs, budget or default_budget(), [b.name for b in cut.tgt_blocks])
+    costs = [block_cost(_weights_of(cut.target.model, cut.tgt_blocks[k].positions), hidden) for k in sent]
+    groups = _alone_outside(plan_groups(costs, budget or default_budget(), [cut.tgt_blocks[k].name for k in sent]),
+                            [bool(cut.ref_blocks[k].label) for k in sent])
     all_types = cut.types
     stages = []
     started = time.monotonic()
     with progress.stage("blocks: stages", total=len(groups), message="cutting blocks and their fp16 floors") as advance:
         for g, members in enumerate(groups):
+            ks = [sent[m] for m in members]
             stages.append(stage(work, f"blocks{g:03d}", cut.target, cut.reference,
-                                [cut.tgt_blocks[k].positions for k in members],
-                                [cut.ref_blocks[k].positions for k in members],
-                                [cut.outs_per_block[k] for k in members], cut.shapes, cut.values, cut.op_types,
+                                [cut.tgt_blocks[k].positions for k in ks],
+                                [cut.ref_blocks[k].positions for k in ks],
+                                [cut.outs_per_block[k] for k in ks], cut.shapes, cut.values, cut.op_types,
                                 all_types))
-            advance(message=eta(f"cut {cut.tgt_blocks[members[-1]].name}", g + 1, len(groups), started))
+            # ops outside the layers (a model's head with a dynamic Slice, say) may hold ops the target cannot run:
+            # such a stage is reported as not judged instead of failing the whole localisation
+            stages[-1]["optional"] = all(bool(cut.ref_blocks[k].label) for k in ks)
+            stages[-1]["name"] = cut.tgt_blocks[ks[-1]].name
+            advance(message=eta(f"cut {cut.tgt_blocks[ks[-1]].name}", g + 1, len(groups), started))
     return stages
+
+
+def _alone_outside(groups: list[list[int]], outside: list[bool]) -> list[list[int]]:
+    """The groups with every segment of ops outside the layers split off into a group of its own."""
+    out: list[list[int]] = []
+    for g in groups:
+        run: list[int] = []
+        for i in g:
+            if outside[i]:
+                if run:
+                    out.append(run)
+                    run = []
+                out.append([i])
+            else:
+                run.append(i)
+        if run:
+            out.append(run)
+    return out
 
 
 def _only(t: onnx.TensorProto) -> onnx.ModelProto:
@@ -256,8 +253,8 @@ def save_values(cut: StreamedCut, work: Path) -> dict[str, Any]:
     np.savez(work / "reference_values.npz", **{keys[n]: np.asarray(v) for n, v in cut.values.items()})  # type: ignore[arg-type]
     return {"streamed": True, "work": str(work), "target": str(cut.target.path), "reference": str(cut.reference.path),
             "values": str(work / "reference_values.npz"), "keys": keys, "types": cut.types, "judged": cut.judged,
-            "blocks": [tb.positions for tb in cut.tgt_blocks],
-            "spans": [[rb.first, rb.last] for rb in cut.ref_blocks]}
+            "blocks": [cut.tgt_blocks[k].positions for k in cut.sent],
+            "ref_blocks": [cut.ref_blocks[k].positions for k in cut.sent]}
 
 
 def ops_stage(job: dict[str, Any], k: int) -> dict[str, Any] | None:
@@ -269,8 +266,7 @@ def ops_stage(job: dict[str, Any], k: int) -> dict[str, Any] | None:
     values: dict[str, Any] = {n: stored[key] for n, key in job["keys"].items()}
     types = {n: int(t) for n, t in job["types"].items()}
     shapes = {n: (list(v.shape), _elem(v, types.get(n))) for n, v in values.items()}
-    first, last = job["spans"][k]
-    rb = block(reference.model, first, last)
+    rb = positions_block(reference.model, job["ref_blocks"][k], -1, -1)
     judged = set(job["judged"])
     from ..onnx_graph import nodes_in_order
 
