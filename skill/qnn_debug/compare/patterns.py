@@ -11,7 +11,8 @@ data input were zeros), ``bias_only`` (the same for an op with a bias: output ==
 a missing bias), ``permutation`` (right values, wrong places: NHWC flatten order, conv weight layout),
 ``scale_shift`` (target ≈ a·x + b), ``constant``, ``rotary_layout`` (a rotary embedding computed with another
 layout: interleaved pairs, the sign on the other half, the Neg lost, cos/sin swapped, another split; see
-:mod:`.rotary`).
+:mod:`.rotary`; or rotary tables from multi-row position ids with rows swapped or M-RoPE sections chunked where
+they are interleaved and back; see :mod:`.rotary_positions`).
 """
 
 from __future__ import annotations
@@ -161,6 +162,33 @@ def rotary_layout(ctx: PatternContext) -> list[Trial]:
     return [Trial("rotary_layout", f"{label}, in the rotary block of {block.node}", ctx.score(alt),
                   {"rotary_block": block.node, "rotary_input": block.x})
             for label, alt in alternatives(block, ctx.tensor, values).items()]
+
+
+@pattern_test
+def rotary_positions(ctx: PatternContext) -> list[Trial]:
+    """Rotary tables built from multi-row position ids (2-D vision rotary, M-RoPE) with rows swapped or the sections
+    laid out the other way (:mod:`.rotary_positions`)."""
+    from .local_error import run_cpu
+    from .rotary_positions import alternatives as position_alternatives
+    from .rotary_positions import position_source
+
+    found = position_source(ctx.run.index.model, ctx.tensor)
+    if found is None:
+        return []
+    sub, ids_name = found
+    ids = _value(ctx, ids_name)
+    if ids is None or np.asarray(ids).ndim != 2 or np.asarray(ids).shape[0] not in (2, 3):
+        return []
+
+    def run(values: np.ndarray) -> np.ndarray:
+        return run_cpu(sub, {ids_name: np.ascontiguousarray(values)}, [ctx.tensor])[ctx.tensor]
+
+    try:
+        alts = position_alternatives(np.asarray(ids), run, ids_name)
+    except LocalRunError:
+        return []
+    return [Trial("rotary_layout", f"{label}, in the rotary tables computed by {ctx.run.op.name}", ctx.score(alt),
+                  {"rotary_positions": ids_name}) for label, alt in alts.items()]
 
 
 def _value(ctx: PatternContext, name: str) -> np.ndarray | None:

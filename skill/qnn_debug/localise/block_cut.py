@@ -30,6 +30,9 @@ class BlockRequest(BaseModel):
     out: Path
     reference_model: Path | None = None
     inputs: Path | None = None  # the prefill inputs (.npz); default: seeded data of the model's static shapes
+    # a VL vision encoder's patches from this image (resized to the model's grid); VL graphs without inputs get
+    # runtime-shaped ids, mask, idx/weight tensors and deepstack features (qnn_debug.llm.vl_inputs)
+    image: Path | None = None
     shapes: dict[str, list[int]] = Field(default_factory=dict)
     seed: int = 0
     layers_per_block: int = Field(default=1, ge=1, le=64)

@@ -106,7 +106,10 @@ def _diagnose_block(result: BlockResult, work: Path, stem: str, request: BlockRe
     if d.compare is not None:
         result.block_verdict = d.compare.verdict.kind
         result.block_pattern = d.compare.verdict.pattern
-        result.block_finding = d.compare.verdict.summary
+        from ..compare.trust import verdict_alone
+
+        # the block's reference is the CPU reference's own values at its boundary: the MNN gate is off on purpose
+        result.block_finding = verdict_alone(d.compare)
         ff = d.compare.first_failing
         if ff is not None:
             result.first_failing = BlockFirstFailing(op=ff.op, op_type=ff.op_type, tensor=ff.tensor,
@@ -170,7 +173,7 @@ def _prepare_out(out: Path, force: bool) -> Path:
 
     if check_output_dir(out, force=force, is_ours=ours, what="block localisation"):
         for entry in out.iterdir():
-            if entry.name in (RESULT_FILE, "blocks") or entry.name.startswith(("diagnose-block", "bisect-block")):
+            if entry.name in (RESULT_FILE, "blocks", "vl_inputs.npz") or entry.name.startswith(("diagnose-block", "bisect-block")):
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     out.mkdir(parents=True, exist_ok=True)
     return out.resolve()

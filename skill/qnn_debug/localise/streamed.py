@@ -64,8 +64,7 @@ def _elem(value: Any, known: int | None) -> int:
 
 def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
     """Open both models without weights, cut them into blocks, and run the reference segment by segment."""
-    from ..inputs import prepare_inputs
-    from ..onnx_graph import graph_inputs, tensor_elem_types
+    from ..onnx_graph import tensor_elem_types
     from ..targets.onnx_capture import capture_plan
 
     t0 = time.monotonic()
@@ -75,8 +74,7 @@ def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
     if not layers:
         raise BadInputError("the model's node names carry no decoder layer index (/layers.N/ or /blocks.N/)",
                             hint="block localisation needs an LLM export; use `qnn-debug bisect` for other models")
-    feeds = prepare_inputs(graph_inputs(reference.model), inputs=request.inputs, shapes=request.shapes or None,
-                           seed=request.seed).arrays
+    feeds = vl_or_prepared(reference.model, request)
     spans = [(layers[i], layers[min(i + request.layers_per_block, len(layers)) - 1])
              for i in range(0, len(layers), request.layers_per_block)]
     ref_layers = [block(reference.model, a, b) for a, b in spans]
@@ -115,10 +113,33 @@ def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
     timings["reference_s"] = round(time.monotonic() - t0, 3)
     target_made = {o for n in target.model.graph.node for o in n.output}
     outs_per_block = [[o for o in rb.outputs if o in target_made] for rb in ref_blocks]
-    missing = [[o for o in rb.outputs if o not in target_made] for rb in ref_blocks]
+    # a result the target never makes counts where a block of layers or the graph's caller would read it (the op
+    # dropped from the target); tensors only that op read are its consequence, not another finding
+    wanted = {i for rb in ref_blocks if not rb.label for i in rb.inputs} | {o.name for o in reference.model.graph.output}
+    missing = [[o for o in rb.outputs if o not in target_made and o in wanted] for rb in ref_blocks]
     op_types = {o: n.op_type for n in reference.model.graph.node for o in n.output}
     return StreamedCut(target, reference, ref_blocks, tgt_blocks, [p.name for p in plan], values, types, shapes,
                        outs_per_block, rng, op_types, timings, missing)
+
+
+def vl_or_prepared(model: onnx.ModelProto, request: Any) -> dict[str, Any]:
+    """The feeds: the user's (npz or test dir), a VL graph's as the runtime builds them, or seeded data."""
+    from ..inputs import prepare_inputs
+    from ..llm.vl_inputs import vl_feeds
+    from ..onnx_graph import graph_inputs
+
+    if request.inputs is None:
+        built = vl_feeds(model, request.shapes or None, getattr(request, "image", None), request.seed)
+        if built is not None:
+            from ..inputs import save_npz
+
+            prepared = prepare_inputs(graph_inputs(model), inputs=save_npz(Path(request.out) / "vl_inputs.npz", built),
+                                      shapes=request.shapes or None, seed=request.seed)
+            return prepared.arrays
+    elif getattr(request, "image", None) is not None:
+        raise BadInputError("give --inputs or --image, not both", hint="keep one of them")
+    return prepare_inputs(graph_inputs(model), inputs=request.inputs, shapes=request.shapes or None,
+                          seed=request.seed).arrays
 
 
 def _seg_name(seg: Block) -> str:
@@ -296,13 +317,16 @@ def save_block(cut: StreamedCut, work: Path, stem: str, k: int) -> None:
     from ..inputs import save_npz
 
     tb, rb, outs = cut.tgt_blocks[k], cut.ref_blocks[k], cut.outs_per_block[k]
+    # both declare what either reads (a target block that lost an input, a mask it never reads, still takes it), so
+    # one inputs file feeds the baseline of the reference block and the target's run
+    both = list(dict.fromkeys([*rb.inputs, *tb.inputs]))
     for lazy, b, suffix in ((cut.target, tb, ""), (cut.reference, rb, "_reference")):
-        model = materialise(block_model(lazy.model, Block(b.first, b.last, b.positions, b.inputs, outs), cut.shapes),
+        model = materialise(block_model(lazy.model, Block(b.first, b.last, b.positions, both, outs), cut.shapes),
                             lazy.base)
         onnx.save(model, str(work / f"{stem}{suffix}.onnx"))
         del model
-    save_npz(work / f"{stem}_inputs.npz", {n: np.asarray(cut.values[n]) for n in tb.inputs})
-    save_npz(work / f"{stem}_reference_inputs.npz", {n: np.asarray(cut.values[n]) for n in rb.inputs})
+    save_npz(work / f"{stem}_inputs.npz", {n: np.asarray(cut.values[n]) for n in both})
+    save_npz(work / f"{stem}_reference_inputs.npz", {n: np.asarray(cut.values[n]) for n in both})
 
 
 def simulate(request: Any, work: Path, progress: Progress, th: Thresholds,
