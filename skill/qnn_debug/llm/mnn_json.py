@@ -161,9 +161,10 @@ def smooth_like(net: dict[str, Any], ranges: dict[str, tuple[float, float]]) -> 
 
 
 def integer_index_tensors(net: dict[str, Any]) -> list[int]:
-    """``position_ids``, ``logits_index`` and every Gather's index input: tensors that must stay integer."""
+    """``position_ids``, ``logits_index``, a VL encoder's ``idx_tensor`` and every Gather's index input: tensors
+    that must stay integer (the propagation reaches graph inputs through the index arithmetic MNN inserts)."""
     names: list[str] = net["tensorName"]
-    found = [names.index(n) for n in ("position_ids", "logits_index") if n in names]
+    found = [names.index(n) for n in ("position_ids", "logits_index", "idx_tensor") if n in names]
     for op in ops(net):
         if op.type in ("GatherV2", "Gather") and len(op.inputs) > 1 and op.inputs[1] not in found:
             found.append(op.inputs[1])

@@ -71,6 +71,39 @@ class DecoderSizes(Protocol):
     def rms_eps(self) -> float: ...
 
 
+class VLText(BaseModel):
+    """What a Qwen3-VL decoder adds to the Qwen3 one (MNN's ``Rotary.mrope_forward`` and ``qwen3_vl_forward``).
+
+    ``position_ids`` is ``[3, seq]`` (temporal, height, width rows); the half-dim rotary frequencies are taken
+    from the three rows by ``mrope_section``: interleaved across the frequency index (Qwen3-VL: frequency j
+    comes from row H when ``j % 3 == 1`` and ``j < 3 * section[1]``, from row W when ``j % 3 == 2`` and
+    ``j < 3 * section[2]``, else from T) or in contiguous chunks (Qwen2-VL: the first ``section[0]``
+    frequencies from T, the next ``section[1]`` from H, the rest from W). ``deepstack_embeds`` ``[k, seq or 1,
+    hidden]`` is added to the hidden state after each of the first ``k`` layers."""
+
+    mrope_section: tuple[int, int, int]
+    interleaved: bool = True
+    chunked_layers: list[int] = Field(default_factory=list, description="layers whose rotary uses the chunked layout")
+    deepstack: int = Field(default=3, ge=0)
+    deepstack_dropped_layers: list[int] = Field(default_factory=list, description="layers that skip their deepstack add")
+    deepstack_seq: int | str = Field(default="seq", description="declared length of deepstack_embeds' token axis "
+                                     "('seq' = the graph's sequence axis; llmexport's trace declares 1)")
+
+
+def mrope_index(section: tuple[int, int, int], interleaved: bool) -> np.ndarray:
+    """Column of ``[seq, 3 * half]`` (rows T, H, W side by side) that each rotary frequency is read from."""
+    half = sum(section)
+    axis = np.zeros(half, np.int64)
+    j = np.arange(half)
+    if interleaved:
+        axis[(j % 3 == 1) & (j < 3 * section[1])] = 1
+        axis[(j % 3 == 2) & (j < 3 * section[2])] = 2
+    else:
+        axis[section[0]:section[0] + section[1]] = 1
+        axis[section[0] + section[1]:] = 2
+    return axis * half + j
+
+
 class GraphFaults(BaseModel):
     """Numeric faults written into the graph itself (the quant/op faults are added after conversion)."""
 
@@ -154,6 +187,22 @@ class _Builder:
         return self.op(scope, op_type, inputs, **attrs)[0]
 
 
+def _mrope(b: _Builder, scope: str, half: int, index: np.ndarray) -> tuple[str, str]:
+    """cos/sin ``[1, seq, 1, 2*half]`` for ``position_ids`` ``[3, seq]``, as MNN's ``mrope_forward`` writes them:
+    one Gather per table ([3, seq, half]), rows side by side ([seq, 3*half]), one Gather picking each frequency's row."""
+    idx = b.const_i64(f"{scope}/mrope_index", [int(v) for v in index])
+    axes = b.const_i64(f"{scope}/axes", [0, 2])
+    out = []
+    for table in ("cos", "sin"):
+        t = b.one(scope, "Gather", [f"rotary.{table}_table", "position_ids"], axis=0)
+        t = b.one(scope, "Transpose", [t], perm=[1, 0, 2])
+        t = b.one(scope, "Reshape", [t, b.const_i64(f"{scope}/{table}_rows", [0, 3 * half])])
+        t = b.one(scope, "Gather", [t, idx], axis=1)
+        t = b.one(scope, "Concat", [t, t], axis=-1)
+        out.append(b.one(scope, "Unsqueeze", [t, axes]))
+    return out[0], out[1]
+
+
 def _rms_norm(b: _Builder, scope: str, x: str, weight: str, eps: str) -> str:
     """torch's export of ``weight * (x * rsqrt(mean(x^2) + eps))``: Pow, ReduceMean, Add, Sqrt, Div, Mul, Mul."""
     sq = b.one(scope, "Pow", [x, "const_two"])
@@ -216,8 +265,10 @@ def _attention(b: _Builder, scope: str, q: str, k: str, v: str, mask: str, cfg: 
 
 def build_graph(cfg: DecoderSizes, weights: Mapping[str, np.ndarray], *, attention: Literal["onnx", "fused"] = "onnx",
                 seq_len: int | None = None, faults: GraphFaults | None = None,
-                init_hook: Callable[[str, np.ndarray], onnx.TensorProto] | None = None) -> onnx.ModelProto:
+                init_hook: Callable[[str, np.ndarray], onnx.TensorProto] | None = None,
+                vl: VLText | None = None) -> onnx.ModelProto:
     """The decoder as an ONNX model; ``seq_len`` None keeps llmexport's dynamic ``seq_len`` axes.
+    ``vl`` makes it Qwen3-VL's: ``position_ids`` ``[3, seq]`` (M-RoPE) and a ``deepstack_embeds`` input.
 
     ``weights`` may make each tensor on demand and ``init_hook`` (name, array → initializer) may write its
     bytes elsewhere (external data): then no more than one weight is in memory at a time."""
@@ -230,17 +281,29 @@ def build_graph(cfg: DecoderSizes, weights: Mapping[str, np.ndarray], *, attenti
     b.init("const_one", np.asarray(1.0, np.float32))
     eps = b.init("const_eps", np.asarray(cfg.rms_eps, np.float32))
     cos_t, sin_t = rope_tables(cfg)
-    b.init("rotary.cos_table", cos_t)
-    b.init("rotary.sin_table", sin_t)
 
     x = b.one("", "Transpose", ["input_ids"], perm=[1, 0, 2])  # [seq,1,h] → [1,seq,h]
-    pos = b.one("/rotary", "Reshape", ["position_ids", b.const_i64("/rotary/flat", [-1])])
-    cos = b.one("/rotary", "Gather", ["rotary.cos_table", pos], axis=0)
-    sin = b.one("/rotary", "Gather", ["rotary.sin_table", pos], axis=0)
-    axes12 = b.const_i64("/rotary/axes", [0, 2])
-    cos = b.one("/rotary", "Unsqueeze", [cos, axes12])  # [1, seq, 1, hd]
-    sin = b.one("/rotary", "Unsqueeze", [sin, axes12])
+    chunked: tuple[str, str] | None = None
+    if vl is None:
+        b.init("rotary.cos_table", cos_t)
+        b.init("rotary.sin_table", sin_t)
+        pos = b.one("/rotary", "Reshape", ["position_ids", b.const_i64("/rotary/flat", [-1])])
+        cos = b.one("/rotary", "Gather", ["rotary.cos_table", pos], axis=0)
+        sin = b.one("/rotary", "Gather", ["rotary.sin_table", pos], axis=0)
+        axes12 = b.const_i64("/rotary/axes", [0, 2])
+        cos = b.one("/rotary", "Unsqueeze", [cos, axes12])  # [1, seq, 1, hd]
+        sin = b.one("/rotary", "Unsqueeze", [sin, axes12])
+    else:
+        half = hd // 2
+        if sum(vl.mrope_section) != half:
+            raise ValueError(f"mrope_section {vl.mrope_section} must sum to head_dim/2 = {half}")
+        b.init("rotary.cos_table", np.ascontiguousarray(cos_t[:, :half]))
+        b.init("rotary.sin_table", np.ascontiguousarray(sin_t[:, :half]))
+        cos, sin = _mrope(b, "/rotary", half, mrope_index(vl.mrope_section, vl.interleaved))
+        if vl.chunked_layers:
+            chunked = _mrope(b, "/rotary_chunked", half, mrope_index(vl.mrope_section, False))
     hidden = x
+    layer_rotary = (cos, sin)
     for i in range(cfg.layers):
         L = f"/layers.{i}"
         p = f"layers.{i}"
@@ -254,6 +317,7 @@ def build_graph(cfg: DecoderSizes, weights: Mapping[str, np.ndarray], *, attenti
         v = b.one(sa, "Reshape", [v, b.const_i64(f"{sa}/v_shape", [1, -1, cfg.kv_heads, hd])])
         qn_w = b.init(f"{p}.self_attn.q_norm.weight", weights[f"{p}.q_norm"])
         kn_w = b.init(f"{p}.self_attn.k_norm.weight", weights[f"{p}.k_norm"])
+        cos, sin = chunked if chunked is not None and vl is not None and i in vl.chunked_layers else layer_rotary
         if i in faults.fused_rope_layers:
             q, k = b.op(f"{sa}", "FusedRoPE", [q, k, cos, sin, qn_w, kn_w], domain=CUSTOM_DOMAIN, outputs=2,
                         rope_cut_head_dim=hd, num_head=cfg.heads, kv_num_head=cfg.kv_heads, head_dim=hd,
@@ -277,7 +341,7 @@ def build_graph(cfg: DecoderSizes, weights: Mapping[str, np.ndarray], *, attenti
         act = b.one(f"{mlp}/act_fn", "Mul", [gate, sig])
         prod = b.one(mlp, "Mul", [act, up])
         down = _linear(b, f"{mlp}/down_proj", prod, weights[f"{p}.down_proj"], f"{p}.mlp.down_proj")
-        if faults.residual_spike_layer == i:
+        if faults.residual_spike_layer == i and vl is None:
             spike = np.zeros(h, np.float32)
             spike[[3, h // 2 + 1]] = faults.residual_spike_value
             # only on the first position, like the "massive activations" real LLMs carry on their first token
@@ -286,6 +350,9 @@ def build_graph(cfg: DecoderSizes, weights: Mapping[str, np.ndarray], *, attenti
             first = b.one(mlp, "Unsqueeze", [first, b.const_i64(f"{mlp}/spike_axes", [2])])
             down = b.one(mlp, "Add", [down, b.one(mlp, "Mul", [first, b.init(f"{p}.mlp.spike", spike)])])
         hidden = b.one(L, "Add", [hidden, down])
+        if vl is not None and i < vl.deepstack and i not in vl.deepstack_dropped_layers:
+            ds = b.one(f"{L}/deepstack", "Gather", ["deepstack_embeds", b.init(f"{L}/deepstack/index", np.asarray(i, np.int64))], axis=0)
+            hidden = b.one(f"{L}/deepstack", "Add", [hidden, ds])
 
     start = b.one("", "Cast", ["logits_index"], to=TensorProto.INT64)
     last = b.one("", "Slice", [hidden, start, b.const_i64("/slice_end", [2**62]), b.const_i64("/slice_axes", [1]),
@@ -298,9 +365,12 @@ def build_graph(cfg: DecoderSizes, weights: Mapping[str, np.ndarray], *, attenti
     inputs = [
         helper.make_tensor_value_info("input_ids", TensorProto.FLOAT, [seq, 1, h]),
         helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, [1, 1, seq, seq]),
-        helper.make_tensor_value_info("position_ids", TensorProto.INT32, [1, seq]),
+        helper.make_tensor_value_info("position_ids", TensorProto.INT32, [1 if vl is None else 3, seq]),
         helper.make_tensor_value_info("logits_index", TensorProto.INT32, [1]),
     ]
+    if vl is not None:
+        ds_seq = seq if vl.deepstack_seq == "seq" else vl.deepstack_seq
+        inputs.append(helper.make_tensor_value_info("deepstack_embeds", TensorProto.FLOAT, [vl.deepstack, ds_seq, h]))
     outputs = [
         helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, None, cfg.vocab]),
         helper.make_tensor_value_info("hidden_states", TensorProto.FLOAT, [1, None, h]),

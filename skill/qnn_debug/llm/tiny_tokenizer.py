@@ -18,9 +18,10 @@ _PIECES = [" the", " and", " of", " to", "ing", "er", "on", "in", "an", " is", "
            "\n\n", "  ", "ed", "re", " a", "at", "or", "es", "en", "th"]
 
 
-def vocab(size: int) -> list[bytes]:
-    """Token bytes by id (length ``size``; unused ids get unique filler pieces)."""
-    tokens = [bytes([i]) for i in range(256)] + [s.encode() for s in SPECIALS]
+def vocab(size: int, extra_specials: tuple[str, ...] = ()) -> list[bytes]:
+    """Token bytes by id (length ``size``; unused ids get unique filler pieces); ``extra_specials`` (a VL model's
+    vision tokens) follow the chat specials."""
+    tokens = [bytes([i]) for i in range(256)] + [s.encode() for s in (*SPECIALS, *extra_specials)]
     for piece in _PIECES:
         if len(tokens) >= size:
             break
@@ -32,9 +33,9 @@ def vocab(size: int) -> list[bytes]:
     return tokens[:size]
 
 
-def write_tokenizer(path: Path, size: int) -> Path:
-    toks = vocab(size)
-    specials = list(range(256, 256 + len(SPECIALS)))
+def write_tokenizer(path: Path, size: int, extra_specials: tuple[str, ...] = ()) -> Path:
+    toks = vocab(size, extra_specials)
+    specials = list(range(256, 256 + len(SPECIALS) + len(extra_specials)))
     lines = ["430 1", f"{len(specials)} {len(STOP_IDS)} 0", " ".join(str(i) for i in specials + STOP_IDS), str(len(toks))]
     lines += [base64.b64encode(t).decode("ascii") for t in toks]
     path.write_text("\n".join(lines) + "\n", encoding="ascii")

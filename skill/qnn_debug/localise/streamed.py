@@ -125,7 +125,7 @@ def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
 def vl_or_prepared(model: onnx.ModelProto, request: Any) -> dict[str, Any]:
     """The feeds: the user's (npz or test dir), a VL graph's as the runtime builds them, or seeded data."""
     from ..inputs import prepare_inputs
-    from ..llm.vl_inputs import vl_feeds
+    from ..llm.vl_feeds import vl_feeds
     from ..onnx_graph import graph_inputs
 
     if request.inputs is None:
