@@ -98,12 +98,14 @@ def _rows_of(nominal: np.ndarray, per_row: list[np.ndarray]) -> tuple[np.ndarray
 def _layout(assign: np.ndarray, told: np.ndarray) -> tuple[bool | None, tuple[int, ...]]:
     """Which layout (True: interleaved) with which sections gives the rows ``assign`` where ``told``."""
     half = len(assign)
-    for s1 in range(half // 2 + 1):
-        for s2 in range(half - s1 + 1):
+    # largest h and w sections first: the lowest frequencies barely move between nearby positions and fit any row,
+    # so the data leave them open; the widest sections that fit are the real layouts' (Qwen3-VL [24, 20, 20])
+    for s1 in range(half // 2, -1, -1):
+        for s2 in range(half - s1, -1, -1):
             sections = (half - s1 - s2, s1, s2)
             for interleaved in (True, False):
-                if interleaved and 3 * max(s1, s2) > half + 2:
-                    continue
+                if interleaved and ((s1 and 3 * (s1 - 1) + 1 >= half) or (s2 and 3 * (s2 - 1) + 2 >= half)):
+                    continue  # the interleave has no room for that many h or w frequencies
                 if (mrope_axes(sections, interleaved)[told] == assign[told]).all():
                     return interleaved, sections
     return None, ()
@@ -137,11 +139,58 @@ def alternatives(values: np.ndarray, run: Run, name: str) -> dict[str, np.ndarra
     alt = np.empty_like(per_row[0])
     for j, a in enumerate(full):
         alt[..., j] = per_row[a][..., j]
-    if own:
-        label = (f"M-RoPE sections {list(sections)} in contiguous chunks t|h|w (Qwen2-VL layout) where the model "
-                 "interleaves them (Qwen3-VL: h at j%3=1, w at j%3=2)")
-    else:
-        label = (f"M-RoPE sections {list(sections)} interleaved (Qwen3-VL layout) where the model lays them out in "
-                 "contiguous chunks t|h|w (Qwen2-VL)")
+    label = _layout_label(sections, own, bool(told[:half].all()))
     out[label] = alt
     return out
+
+
+def table_alternatives(cos: np.ndarray, sin: np.ndarray, ids: np.ndarray,
+                       name: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The wrong layouts' cos/sin from the tables' own values when the graph that built them is not at hand (a
+    block cut out of the model reads them as inputs): a token whose rows all hold position 1 gives every column's
+    angle θ (cos θ, sin θ), so any column at any integer position p is cos(pθ), sin(pθ); the row each column reads
+    is the one whose positions reproduce the table, and the alternatives read other rows."""
+    ids = np.asarray(ids, np.int64)
+    rows, seq = ids.shape
+    c = np.asarray(cos, np.float64).reshape(-1, cos.shape[-1])
+    s = np.asarray(sin, np.float64).reshape(-1, sin.shape[-1])
+    if rows not in (2, 3) or c.shape != s.shape or c.shape[0] != seq:
+        return {}
+    ones = np.nonzero((ids == 1).all(axis=0))[0]
+    if not len(ones):
+        return {}
+    angle = np.arctan2(s[ones[0]], c[ones[0]])  # [L]
+
+    def table(axis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        p = ids[axis, :].T  # [seq, L]: the position each column reads, per token
+        return np.cos(p * angle).reshape(cos.shape), np.sin(p * angle).reshape(sin.shape)
+
+    per_row = [np.cos(ids[a][:, None] * angle[None]) for a in range(rows)]
+    found = _rows_of(c, per_row)
+    if found is None:
+        return {}
+    assign, told = found
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    if rows == 2:
+        out[f"{name} rows swapped (the 2-D vision rotary reads w as h and h as w)"] = table(1 - assign)
+        return out
+    out[f"{name} rows h and w swapped (M-RoPE heights read as widths)"] = table(np.array([0, 2, 1])[assign])
+    length = len(assign)
+    h = length // 2
+    half = h if length % 2 == 0 and (assign[:h] == assign[h:])[told[:h] & told[h:]].all() else length
+    own, sections = _layout(assign[:half], told[:half])
+    if own is None:
+        return out
+    other = np.tile(mrope_axes(sections, not own), length // half)
+    out[_layout_label(sections, own, bool(told[:half].all()))] = table(other)
+    return out
+
+
+def _layout_label(sections: tuple[int, ...], own_interleaved: bool, exact: bool = True) -> str:
+    # the lowest frequencies fit any row at these positions: the sections are then the widest that fit
+    sections_text = str(list(sections)) if exact else f"{list(sections)} (as far as these positions tell)"
+    if own_interleaved:
+        return (f"M-RoPE sections {sections_text} in contiguous chunks t|h|w (Qwen2-VL layout) where the model "
+                "interleaves them (Qwen3-VL: h at j%3=1, w at j%3=2)")
+    return (f"M-RoPE sections {sections_text} interleaved (Qwen3-VL layout) where the model lays them out in "
+            "contiguous chunks t|h|w (Qwen2-VL)")

@@ -110,6 +110,7 @@ def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
                 shapes[name] = (list(np.asarray(got[name]).shape), _elem(got[name], types.get(name)))
             del got, sub
             advance(message=eta(f"reference {_seg_name(seg)}", k + 1, len(segs), started))
+    _fill_target_reads(reference, target, tgt_blocks, values, shapes, types)
     timings["reference_s"] = round(time.monotonic() - t0, 3)
     target_made = {o for n in target.model.graph.node for o in n.output}
     outs_per_block = [[o for o in rb.outputs if o in target_made] for rb in ref_blocks]
@@ -120,6 +121,50 @@ def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
     op_types = {o: n.op_type for n in reference.model.graph.node for o in n.output}
     return StreamedCut(target, reference, ref_blocks, tgt_blocks, [p.name for p in plan], values, types, shapes,
                        outs_per_block, rng, op_types, timings, missing)
+
+
+def _fill_target_reads(reference: LazyModel, target: LazyModel, tgt_blocks: list[Block], values: dict[str, Any],
+                       shapes: dict[str, tuple[list[int], int]], types: dict[str, int]) -> None:
+    """Values for what a target segment reads that is no boundary of the reference: a tensor inside a reference
+    block (the target's layer stops earlier, an add dropped) gets its CPU reference value; a tensor only the
+    target's graph makes (ops it added outside the layers) gets what the target's graph computes on CPU from the
+    reference values, so the first segment that uses it is where it shows."""
+    need = list(dict.fromkeys(i for tb in tgt_blocks for i in tb.inputs if i not in values))
+    for name in need:
+        if name in values:
+            continue
+        ref_made = {o for n in reference.model.graph.node for o in n.output}
+        lazy = reference if name in ref_made else target
+        sub = _until_known(lazy.model, name, values, shapes)
+        if sub is None:
+            continue
+        got = run_cpu(sub, lazy.base, values, [name])
+        values[name] = got[name]
+        shapes[name] = (list(np.asarray(got[name]).shape), _elem(got[name], types.get(name)))
+
+
+def _until_known(model: onnx.ModelProto, name: str, known: dict[str, Any],
+                 shapes: dict[str, tuple[list[int], int]]) -> onnx.ModelProto | None:
+    """The ops making ``name`` back to tensors in ``known`` (or initializers), as a model fed those tensors."""
+    from ..onnx_graph import nodes_in_order
+
+    nodes = nodes_in_order(model)
+    producer = {o: n.position for n in nodes for o in n.outputs}
+    if name not in producer:
+        return None
+    keep: set[int] = set()
+    stack = [name]
+    while stack:
+        t = stack.pop()
+        p = producer.get(t)
+        if t in known or p is None or p in keep:
+            continue
+        keep.add(p)
+        stack.extend(i for i in nodes[p].inputs if i)
+    seg = positions_block(model, sorted(keep), -1, -1)
+    if any(i not in shapes for i in seg.inputs):
+        return None
+    return block_model(model, Block(-1, -1, seg.positions, seg.inputs, [name]), shapes)
 
 
 def vl_or_prepared(model: onnx.ModelProto, request: Any) -> dict[str, Any]:
@@ -312,6 +357,17 @@ def ops_stage(job: dict[str, Any], k: int) -> dict[str, Any] | None:
                  op_types, types)
 
 
+def _position_ids(cut: StreamedCut) -> list[str]:
+    """Multi-row integer position inputs ([2|3, S]: 2-D vision rotary, M-RoPE): a saved block declares them even
+    when it only reads the rotary tables made from them, so its diagnosis can rebuild the tables' other layouts."""
+    out = []
+    for spec in cut.reference.model.graph.input:
+        v = cut.values.get(spec.name)
+        if v is not None and np.asarray(v).dtype.kind in "iu" and np.asarray(v).ndim == 2 and np.asarray(v).shape[0] in (2, 3):
+            out.append(spec.name)
+    return out
+
+
 def save_block(cut: StreamedCut, work: Path, stem: str, k: int) -> None:
     """The failing block as standalone graphs with its weights (one block's worth), and its reference inputs."""
     from ..inputs import save_npz
@@ -319,7 +375,7 @@ def save_block(cut: StreamedCut, work: Path, stem: str, k: int) -> None:
     tb, rb, outs = cut.tgt_blocks[k], cut.ref_blocks[k], cut.outs_per_block[k]
     # both declare what either reads (a target block that lost an input, a mask it never reads, still takes it), so
     # one inputs file feeds the baseline of the reference block and the target's run
-    both = list(dict.fromkeys([*rb.inputs, *tb.inputs]))
+    both = list(dict.fromkeys([*rb.inputs, *tb.inputs, *_position_ids(cut)]))
     for lazy, b, suffix in ((cut.target, tb, ""), (cut.reference, rb, "_reference")):
         model = materialise(block_model(lazy.model, Block(b.first, b.last, b.positions, both, outs), cut.shapes),
                             lazy.base)
