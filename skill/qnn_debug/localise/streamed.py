@@ -183,8 +183,22 @@ def vl_or_prepared(model: onnx.ModelProto, request: Any) -> dict[str, Any]:
             return prepared.arrays
     elif getattr(request, "image", None) is not None:
         raise BadInputError("give --inputs or --image, not both", hint="keep one of them")
-    return prepare_inputs(graph_inputs(model), inputs=request.inputs, shapes=request.shapes or None,
-                          seed=request.seed).arrays
+    return saturate_masks(prepare_inputs(graph_inputs(model), inputs=request.inputs, shapes=request.shapes or None,
+                                         seed=request.seed).arrays)
+
+
+def saturate_masks(feeds: dict[str, Any]) -> dict[str, Any]:
+    """Attention masks below fp16's range raised to -2^15: the HTP saturates them anyway (its fp16 has no inf), and
+    float32's lowest (what exports and runtimes write) makes the fp16 floor of every masked score infinite, which
+    would hide a mask the NPU never received (``qnn_debug.llm.vl_feeds.MASK_MIN``)."""
+    from ..llm.vl_feeds import MASK_MIN
+
+    out = dict(feeds)
+    for name, v in feeds.items():
+        a = np.asarray(v)
+        if "mask" in name.lower() and a.dtype.kind == "f" and a.size and float(a.min()) < -65504.0:
+            out[name] = np.maximum(a, np.asarray(MASK_MIN, a.dtype))
+    return out
 
 
 def _seg_name(seg: Block) -> str:
