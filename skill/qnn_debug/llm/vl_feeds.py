@@ -147,6 +147,9 @@ def decoder_position_ids(tokens: int, grid: tuple[int, int] | None = None, start
     """[3, T]: text positions, one image of ``grid`` merged tokens from ``start`` (t fixed, h and w over the grid),
     then text continuing after the image's largest position (the runtime's ``get_position_ids``)."""
     gh, gw = grid or _default_grid(tokens, start)
+    if start + gh * gw > tokens:
+        raise BadInputError(f"an image of {gh}x{gw} tokens from position {start} does not fit {tokens} tokens",
+                            hint="use a smaller image grid or a longer prefill")
     ids = np.zeros((3, tokens), np.int64)
     ids[:, :start] = np.arange(start)
     base = start
