@@ -236,5 +236,6 @@ def vl_feeds(model: onnx.ModelProto, shapes: dict[str, list[int]] | None = None,
         tokens = _need(dims, "input_ids", 0)
         deepstack = _need(dims, "deepstack_embeds", 0) if "deepstack_embeds" in dims else 0
         feeds = decoder_inputs(tokens, _need(dims, "input_ids", 2), deepstack, seed=seed)
+        feeds["logits_index"] = np.asarray([-1], np.int32)  # the last token's logits, as the runtime asks in prefill
         return {k: v for k, v in feeds.items() if k in dims}
     return None
