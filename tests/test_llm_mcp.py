@@ -38,3 +38,17 @@ async def test_compare_llm_text_tool(tmp_path: Path) -> None:
     result = doc.get("result", doc)
     assert result["verdict"] == "diverged" and result["comparison"]["logits_sqnr_median_db"] < 25
     assert "device_model_dir" in bad
+
+
+async def test_check_llm_export_tool_on_a_vl_export(tmp_path: Path) -> None:
+    from qnn_debug.llm.vl import VLExportRequest, build_vl_export
+
+    build_vl_export(tmp_path / "Qwen3-VL-tiny", VLExportRequest(fault="index_quant"))
+    async with connect(tmp_path, "auto") as client:
+        doc = ok(await client.call_tool("check_llm_export", {"export_dir": "Qwen3-VL-tiny", "image_sizes": "128x128,100x90"}))
+        bad = error_text(await client.call_tool("check_llm_export", {"export_dir": "Qwen3-VL-tiny", "image_sizes": "big"}))
+    quant = {f["graph"] for f in doc["findings"] if f["id"] == "quant_on_integer_tensor"}
+    assert quant == {"llm.mnn", "visual.mnn"}
+    assert doc["visual"]["vision_seq"] == [64, 36] and any(f["id"] == "vl_image_sizes" for f in doc["findings"])
+    assert {r["graph"] for r in doc["io_config"]} == {"llm.mnn", "visual.mnn"}
+    assert "image_sizes" in bad

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from typer.testing import CliRunner
@@ -149,6 +150,10 @@ def test_faults_change_the_graph_they_belong_to(builds: dict[tuple[str, str], VL
             assert r.fault_layer == r.sizes.vision.depth - 1 and _rel(v[1], ref_v[1]) < 1e-6
         else:
             assert vision_err == 0.0 and llm_err > 1e-2 and r.fault_layer == 0, (fault, vision_err, llm_err)
+    # the Tile fault changes the ops, not the numbers
+    tiled = builds[(size, "vision_unregistered_op")]
+    assert any(n.op_type == "Tile" for n in onnx.load(tiled.visual_onnx).graph.node)
+    assert _rel(_run(tiled.visual_onnx, load_inputs(tiled.visual_inputs))[0], ref_v[0]) < 1e-6
 
 
 @pytest.mark.parametrize("size", ["tiny", "small"])
@@ -181,3 +186,19 @@ def test_bad_requests(builds: dict[tuple[str, str], VLExport], tmp_path: Path) -
         build_vl_export(tmp_path / "b", VLExportRequest(image_grid=(5, 8)))
     renamed = build_vl_export(tmp_path / "renamed-export", VLExportRequest(mnn=False))
     assert not renamed.folder_name_matches and renamed.visual_mnn is None
+
+
+def test_external_data_build_is_the_same_model(builds: dict[tuple[str, str], VLExport], tmp_path: Path) -> None:
+    """The real-size path (weights streamed into .onnx.data, the converter's source with inline rotary tables) at the
+    small size: the same numbers as the inline build, and both .mnn files converted."""
+    inline = builds[("small", "clean")]
+    r = build_vl_export(tmp_path / "Qwen3-VL-ext", VLExportRequest(hf_config=str(write_small_config(tmp_path / "hf")),
+                                                                    image_grid=(6, 8), external_data=True))
+    for name in ("visual", "llm"):
+        data = Path(r.dir) / "onnx" / f"{name}.onnx.data"
+        assert data.stat().st_size > Path(getattr(r, f"{name}_onnx")).stat().st_size
+        got = _run(getattr(r, f"{name}_onnx"), load_inputs(getattr(r, f"{name}_inputs")))
+        want = _run(getattr(inline, f"{name}_onnx"), load_inputs(getattr(inline, f"{name}_inputs")))
+        assert all(np.allclose(a, b, atol=1e-6) for a, b in zip(got, want, strict=True)), name
+    assert [i.name for i in read_mnn_model(str(r.llm_mnn)).inputs] == LLM_IO
+    assert [i.name for i in read_mnn_model(str(r.visual_mnn)).inputs] == VISUAL_IO

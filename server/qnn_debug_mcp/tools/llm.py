@@ -29,7 +29,13 @@ outputs, models compilefornpu's NPU segments, and reports: ops MNN's QNN backend
 implement inside an NPU segment (C4-fused RoPE/FusedLinear/GatedRMSNorm, LinearAttention),
 activation quantization on integer tensors (position ids, Gather indices), Mul outputs that
 reuse an operand's encoding (SwiGLU saturation), attention-mask dtype, KV limit and the
-model-family guess from the folder name — each with evidence, remedy and MNN source lines."""
+model-family guess from the folder name — each with evidence, remedy and MNN source lines.
+Vision-language exports (Qwen3-VL: is_visual, visual.mnn): visual.mnn gets the same op and
+integer-encoding checks (each finding's `graph` says which file), the IO configs
+generate_llm_qnn.py will write for this folder name (makeIOJson / makeVLIOJson) are held against
+both graphs' inputs (`io_config`), plus deepstack (input, runtime flag, the encoder output the
+visual config drops), the encoder input order the runtime needs, a missing visual.mnn, and
+`image_sizes` (the --image_sizes you give the script) against the runtime's resize rule."""
 
 TEXT = """For garbled or wrong LLM text on the phone. Runs the export folder on CPU with the MNN wheel's
 LLM runtime (greedy, per-step logits) as the reference, then one target: llm_demo on the phone
@@ -50,7 +56,8 @@ def summarize_text(r: dict[str, Any]) -> str:
 def summarize_check(result: LlmCheckResult) -> str:
     errors = [f.id for f in result.findings if f.severity == "error"]
     return (f"{len(result.findings)} finding(s), {len(errors)} error(s)" + (f": {', '.join(errors)}" if errors else "")
-            + f"; {sum(s.npu for s in result.segments)} NPU segment(s) at KV limit {result.settings.kv_limit}")
+            + f"; {sum(s.npu for s in result.segments)} NPU segment(s) at KV limit {result.settings.kv_limit}"
+            + (f"; visual.mnn {result.visual.npu_segments} NPU segment(s)" if result.visual is not None else ""))
 
 
 def check_limit(config: ServerConfig, request: BaseModel) -> float:

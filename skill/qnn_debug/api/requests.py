@@ -309,6 +309,10 @@ class LlmCheckRequest(Request):
     max_history_token: Annotated[int | None, Cli(flag="--max-history-token"), Field(
         default=None, ge=0, le=1_000_000, description="The --max_history_token given to generate_llm_qnn.py "
         "(default: from qnn.json, else 0)")] = None
+    image_sizes: Annotated[str | None, Cli(flag="--image-sizes"), Field(
+        default=None, max_length=512, pattern=r"^\s*\d+\s*x\s*\d+\s*(,\s*\d+\s*x\s*\d+\s*)*$",
+        description="VL exports: the --image_sizes given to generate_llm_qnn.py for visual.mnn, WxH[,WxH...] "
+        "(checked against the runtime's resize rule; default: only the size-independent checks)")] = None
 
 
 DeviceFolder = Annotated[str | None, Field(default=None, max_length=512, pattern=DEVICE_PATH_PATTERN)]

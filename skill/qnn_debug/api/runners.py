@@ -158,7 +158,8 @@ def llm_check(request: rq.LlmCheckRequest, progress: Progress) -> LlmCheckResult
     from ..llm.check import check_llm_export
 
     return check_llm_export(check_models.LlmCheckRequest(export_dir=request.export_dir, qnn_dir=request.qnn_dir,
-                                                         max_history_token=request.max_history_token))
+                                                         max_history_token=request.max_history_token,
+                                                         image_sizes=request.image_sizes))
 
 
 def llm_text(request: rq.LlmTextRequest, progress: Progress) -> LlmTextResult:

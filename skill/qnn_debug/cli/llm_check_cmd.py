@@ -23,13 +23,24 @@ def human(r: Any, request: Any) -> None:
     for seg in r.segments:
         out.write(f"segment {seg.index} ({'NPU' if seg.npu else 'CPU'}): ops {seg.first_op_index}..{seg.last_op_index} "
                   f"({seg.ops}) {seg.first_op!r} .. {seg.last_op!r}\n")
+    if r.visual is not None:
+        v = r.visual
+        sizes = ", ".join(f"{w}x{h}" + (f" ({n} patches)" if n else "")
+                          for (w, h), n in zip(v.image_sizes, v.vision_seq or [0] * len(v.image_sizes), strict=False))
+        out.write(f"{v.model}: {v.ops} ops, {v.npu_segments} NPU segment(s) of {v.segments}; inputs "
+                  f"{', '.join(f'{k}{s}' for k, s in v.inputs.items())}; outputs {', '.join(v.outputs)}"
+                  + (f"; image sizes {sizes}" if sizes else "") + "\n")
+    for row in r.io_config:
+        if row.problem:
+            out.write(f"IO config {row.graph} {row.name}: generate_llm_qnn.py {row.io_config}, graph {row.declared} "
+                      f"({row.problem})\n")
     if not r.findings:
         out.write("no findings\n")
     else:
         out.write(f"\n{r.order}\n")
     for f in r.findings:
         where = f"breaks {STEPS[f.step]}" if f.step is not None else "breaks no step"
-        out.write(f"\n[{f.severity}] {f.id} ({where}): {f.title}\n")
+        out.write(f"\n[{f.severity}] {f.id}{f' [{f.graph}]' if f.graph else ''} ({where}): {f.title}\n")
         for e in f.evidence:
             out.write(f"  - {e}\n")
         if f.consequence:
@@ -43,4 +54,6 @@ def human(r: Any, request: Any) -> None:
 
 
 op_command("llm-check", "llm_check", human, help_text=(
-    "Ops QNN lacks inside NPU segments, quantized integer tensors, Mul encodings, export settings — with MNN sources."))
+    "Ops QNN lacks inside NPU segments, quantized integer tensors, Mul encodings, export settings — with MNN sources. "
+    "VL exports: visual.mnn too, both IO configs generate_llm_qnn.py derives from the folder name, deepstack and "
+    "--image-sizes."))

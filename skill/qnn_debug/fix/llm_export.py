@@ -73,20 +73,23 @@ def fix_llm_export(path: str, *, out: Path, soc_model: int, timeout: float, prog
                       why="re-check the folder after the re-export or the edit")]
     ids = [f.id for f in before.findings if f.severity == "error"]
     ids_before = [f.id for f in before.findings]
+    in_llm = [f for f in before.findings if f.id == GRAPH_FINDING and f.graph in (None, MODEL_FILE)]
+    other_graphs = sorted({f.graph for f in before.findings if f.id == GRAPH_FINDING and f.graph not in (None, MODEL_FILE)})
     base: dict[str, Any] = dict(kind="llm_export", verdict="llm-check: " + (", ".join(ids) or "no error findings"),
                                 out=str(out), commands=lines, next_steps=steps, findings_before=ids_before)
-    if GRAPH_FINDING not in ids:
+    if not in_llm:
         return FixResult(**base, summary=f"No finding in llm.mnn itself to edit; re-export and regenerate with the "
                          f"commands below ({why}).", not_proven=["a re-export changes the model: run the commands, "
                                                                   "then llm-check and llm-text"])
     with progress.stage("fix: llm.mnn", total=None, message="fix: removing encodings of integer tensors"):
         edited, removed, checks = _edit(folder, out, timeout)
-    after_dir = out / "recheck"
+    after_dir = out / "recheck" / Path(export_dir).name  # the folder's own name: generate_llm_qnn.py reads the family from it
     _stage_folder(Path(export_dir), after_dir, edited)
     after = check_llm_export(LlmCheckRequest(export_dir=str(after_dir)))
     after_ids = [f.id for f in after.findings if f.id != "weight_file_missing"]  # the staged copy links no weights
     new = sorted(set(after_ids) - {f.id for f in before.findings})
-    checks.append(ProofCheck(name=f"llm-check no longer reports {GRAPH_FINDING}", passed=GRAPH_FINDING not in after_ids
+    left = [f for f in after.findings if f.id == GRAPH_FINDING and f.graph in (None, MODEL_FILE)]
+    checks.append(ProofCheck(name=f"llm-check no longer reports {GRAPH_FINDING} in {MODEL_FILE}", passed=not left
                              and not new, detail=f"findings before: {', '.join(ids_before) or 'none'}; "
                              f"after: {', '.join(after_ids) or 'none'}" + (f"; new: {', '.join(new)}" if new else "")))
     proven = all(c.passed for c in checks)
@@ -101,7 +104,9 @@ def fix_llm_export(path: str, *, out: Path, soc_model: int, timeout: float, prog
     summary = (f"{'Proven' if proven else 'NOT proven'}: {len(removed)} activation encoding(s) removed from integer "
                f"tensors of llm.mnn ({', '.join(removed[:6])}{'...' if len(removed) > 6 else ''})"
                + (f"; llm.mnn replaced, the previous file kept as {kept.name}" if proven else "; llm.mnn left as it was")
-               + f". Then regenerate the QNN graphs with the second command below ({why}).")
+               + f". Then regenerate the QNN graphs with the second command below ({why})."
+               + (f" Not edited: {', '.join(other_graphs)} (its integer tensors keep their encodings; re-export it "
+                  "without them)." if other_graphs else ""))
     steps.append(NextStep(tool="compare_llm_text", cli=f"qnn-debug llm-text {shlex.quote(export_dir)}",
                           why="the edited model still generates on MNN's CPU runtime"))
     return FixResult(**base, summary=summary, artefact=artefact, proven=proven, proof=checks,

@@ -16,7 +16,24 @@ from ..mnn.model_reader import MnnModel, read_mnn_model
 from ..mnn.optypes import qnn_mappings
 from ..next_step import command_line
 from . import sources as S
-from .check_models import STEPS, ExportSettings, Finding, LlmCheckRequest, LlmCheckResult, SegmentSummary
+from .check_models import (
+    STEPS,
+    ExportSettings,
+    Finding,
+    IoRow,
+    LlmCheckRequest,
+    LlmCheckResult,
+    SegmentSummary,
+    VisualSummary,
+)
+from .check_vl import (
+    DEFAULT_IMAGE_SIZES,
+    is_vl,
+    parse_image_sizes,
+    visual_missing,
+    visual_model_path,
+    vl_findings,
+)
 from .export_reader import ExportFolder, QnnOutputs, read_export, read_qnn_outputs
 from .mnn_extras import MnnExtras, OpExtras, TensorEncoding, read_mnn_extras
 from .segments import NOT_EXECUTED, Partition, dead_ops, integer_tensors, partition
@@ -73,7 +90,8 @@ def _rerun_hint(folder: ExportFolder) -> str:
     return "re-export with llmexport.py --generate_for_npu from an MNN checkout that has alibaba/MNN#4752"
 
 
-def _unregistered(model: MnnModel, extras: MnnExtras, part: Partition, folder: ExportFolder) -> list[Finding]:
+def _unregistered(model: MnnModel, extras: MnnExtras, part: Partition, folder: ExportFolder,
+                  graph: str = "llm.mnn") -> list[Finding]:
     registered = _registered()
     skipped = set(part.folded) | dead_ops(model)  # constant at resize time, or output unused (dropped before QNN)
     hits: list[tuple[int, str]] = []
@@ -99,8 +117,8 @@ def _unregistered(model: MnnModel, extras: MnnExtras, part: Partition, folder: E
               "keep the op off the NPU: export without it, or list it in compilefornpu's \"skips\" (its outputs "
               "become segment inputs; generate_llm_qnn.py writes \"skips\": [] into qnn.json)") + kv_note
     return [Finding(
-        id="unregistered_op_in_npu_segment", step=2, severity="error",
-        title=f"{len(hits)} op(s) without a QNN implementation inside NPU segments" + (f" (C4-fused: {', '.join(c4)})" if c4 else ""),
+        id="unregistered_op_in_npu_segment", graph=graph, step=2, severity="error",
+        title=f"{graph}: {len(hits)} op(s) without a QNN implementation inside NPU segments" + (f" (C4-fused: {', '.join(c4)})" if c4 else ""),
         evidence=[e for _, e in hits[:20]] + ([f"… {len(hits) - 20} more"] if len(hits) > 20 else []),
         consequence=("compilefornpu prints 'MNN_QNN: Not registered type N' and runs the op on CPU, but no copy is "
                      "inserted across the boundary; the next QNN op misses the tensor map and bakes that tensor as a "
@@ -125,7 +143,8 @@ def slice_refused(op_inputs: int, extra: OpExtras | None) -> str | None:
     return None
 
 
-def _refused(model: MnnModel, extras: MnnExtras, part: Partition, folder: ExportFolder) -> list[Finding]:
+def _refused(model: MnnModel, extras: MnnExtras, part: Partition, folder: ExportFolder,
+             graph: str = "llm.mnn") -> list[Finding]:
     """Ops that have a QNN creator which declines their form: compilefornpu's silent failed conversion."""
     skipped = set(part.folded) | dead_ops(model)
     hits: list[str] = []
@@ -141,20 +160,20 @@ def _refused(model: MnnModel, extras: MnnExtras, part: Partition, folder: Export
     if not hits:
         return []
     return [Finding(
-        id="qnn_refused_op_in_npu_segment", step=2, severity="error",
-        title=f"{len(hits)} op(s) MNN's QNN backend refuses in the form the export wrote them",
+        id="qnn_refused_op_in_npu_segment", graph=graph, step=2, severity="error",
+        title=f"{graph}: {len(hits)} op(s) MNN's QNN backend refuses in the form the export wrote them",
         evidence=hits[:20] + ([f"… {len(hits) - 20} more"] if len(hits) > 20 else []),
         consequence=("compilefornpu prints \"MNN_QNN: Don't support type 91, <op>.\" and 'StaticModule resize failed', "
-                     "yet exits 0 and writes a qnn/llm.mnn with no graph: the conversion failed silently (MNN2QNNModel "
+                     f"yet exits 0 and writes a qnn/{graph} with no graph: the conversion failed silently (MNN2QNNModel "
                      "fails later, in qnn-model-lib-generator)"),
         remedy=("export the ONNX Slices with their steps input (torch.onnx writes data, starts, ends, axes, steps; add a "
-                "constant steps of ones to 4-input Slices), convert to llm.mnn again and re-run generate_llm_qnn.py"),
+                f"constant steps of ones to 4-input Slices), convert to {graph} again and re-run generate_llm_qnn.py"),
         how_to_see=f"`{command_line(['llm-check', folder.dir])}` lists them; in a compilefornpu log look for "
                    "\"Don't support type\" and 'StaticModule resize failed'",
         sources=[r.cite() for r in (S.SLICE_INPUTS, S.REFUSED, S.RESIZE_FAILED)])]
 
 
-def _int_quant(model: MnnModel, extras: MnnExtras, folder: ExportFolder) -> list[Finding]:
+def _int_quant(model: MnnModel, extras: MnnExtras, folder: ExportFolder, graph: str = "llm.mnn") -> list[Finding]:
     ints = integer_tensors(model, extras)
     hits = [(i, ints[i], e) for i, e in extras.encodings.items() if i in ints]
     if not hits:
@@ -166,8 +185,8 @@ def _int_quant(model: MnnModel, extras: MnnExtras, folder: ExportFolder) -> list
     ev = [f"{model.tensor_name(i)!r} ({why}) has a {e.dtype} encoding scale={e.scale:g} zero={e.zero:g}; read by "
           f"{', '.join(consumers.get(i, ['nothing'])[:2])}" for i, why, e in hits[:20]]
     return [Finding(
-        id="quant_on_integer_tensor", step=3, severity="error",
-        title=f"activation quantization on {len(hits)} integer tensor(s) (position ids / Gather indices / shapes)",
+        id="quant_on_integer_tensor", graph=graph, step=3, severity="error",
+        title=f"{graph}: activation quantization on {len(hits)} integer tensor(s) (position ids / Gather indices / shapes)",
         evidence=ev,
         consequence=("the QNN backend turns any tensor with a quant attribute into a quantized type whatever its dtype "
                      "(int32 index tensors become UFIXED_16/SFIXED_8); QNN rejects that on Gather/rotary inputs at "
@@ -175,7 +194,7 @@ def _int_quant(model: MnnModel, extras: MnnExtras, folder: ExportFolder) -> list
         remedy=("re-run the smooth/omni export with the fix of alibaba/MNN#4765 (keeps integer index/shape tensors and "
                 "Gather indices outside activation quantization; pending upstream), or drop these entries from "
                 "extraTensorDescribe in the model's JSON and convert it back"),
-        how_to_see=(f"`{command_line(['llm-check', folder.dir])}`; with an MNN build, MNNDump2Json on llm.mnn shows them as "
+        how_to_see=(f"`{command_line(['llm-check', folder.dir])}`; with an MNN build, MNNDump2Json on {graph} shows them as "
                     "extraTensorDescribe entries with a quantInfo on these tensor indexes"),
         sources=[r.cite() for r in (S.PROPAGATE_QUANT, S.ONACQUIRE_QUANT)])]
 
@@ -393,6 +412,11 @@ def check_llm_export(request: LlmCheckRequest) -> LlmCheckResult:
                                           "weight file", f"files: {', '.join(folder.files[:12])}"],
                                 consequence="the LLM runtime refuses to load ('LLM weight file not found') and generateIO has no weights",
                                 remedy="copy the export's llm.mnn.weight next to llm.mnn (re-export if lost)"))
+    visual: VisualSummary | None = None
+    io_rows: list[IoRow] = []
+    if is_vl(folder):
+        visual, io_rows, vl_found = _check_visual(folder, model, request, kv[0])
+        findings += vl_found
     if qnn is not None:
         findings += _qnn_findings(qnn, st, part)
     findings += _config_qnn_findings(folder)
@@ -402,4 +426,24 @@ def check_llm_export(request: LlmCheckRequest) -> LlmCheckResult:
                            last_op=model.ops[s.ops[-1]].name, first_op_index=s.ops[0], last_op_index=s.ops[-1])
             for s in part.segments if s.ops]
     return LlmCheckResult(export_dir=folder.dir, model=folder.model_path, ops=len(model.ops), settings=st,
-                          segments=segs, findings=findings, qnn_outputs=qnn)
+                          segments=segs, findings=findings, qnn_outputs=qnn, visual=visual, io_config=io_rows)
+
+
+def _check_visual(folder: ExportFolder, llm: MnnModel, request: LlmCheckRequest,
+                  kv_limit: int) -> tuple[VisualSummary | None, list[IoRow], list[Finding]]:
+    """A VL export's encoder through the same op and encoding checks as llm.mnn, then the VL-only checks."""
+    sizes = parse_image_sizes(request.image_sizes) if request.image_sizes else []
+    path = visual_model_path(folder)
+    if not path.is_file():
+        rows, _, found = vl_findings(folder, llm, None, sizes)
+        return None, rows, [visual_missing(folder, path), *found]
+    visual = read_mnn_model(path)
+    extras = read_mnn_extras(path)
+    part = partition(visual, extras, kv_limit)
+    found = (_unregistered(visual, extras, part, folder, path.name) + _refused(visual, extras, part, folder, path.name)
+             + _int_quant(visual, extras, folder, path.name))
+    rows, seqs, vl_found = vl_findings(folder, llm, visual, sizes)
+    summary = VisualSummary(model=str(path), ops=len(visual.ops), inputs={i.name: list(i.shape) for i in visual.inputs},
+                            outputs=list(visual.output_names), npu_segments=len(part.npu_segments),
+                            segments=len(part.segments), image_sizes=sizes or DEFAULT_IMAGE_SIZES, vision_seq=seqs)
+    return summary, rows, found + vl_found

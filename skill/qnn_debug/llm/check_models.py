@@ -16,6 +16,7 @@ class LlmCheckRequest(BaseModel):
     export_dir: str
     qnn_dir: str | None = Field(default=None, description="generate_llm_qnn.py --cache_path dir or the model's qnn/ folder")
     max_history_token: int | None = Field(default=None, ge=0, description="the --max_history_token of generate_llm_qnn.py")
+    image_sizes: str | None = Field(default=None, description="the --image_sizes of generate_llm_qnn.py (VL exports), WxH,...")
 
 
 # The step of MNN's QNN LLM path at which a fault shows first (generate_llm_qnn.py's own step numbers, then the
@@ -33,6 +34,8 @@ ORDER_NOTE = ("findings are ordered by the step each one breaks first (" + "; ".
 class Finding(BaseModel):
     id: str
     severity: Severity
+    graph: str | None = Field(default=None, description=(
+        "the model file the finding is about (llm.mnn, or visual.mnn of a vision-language export); None: the folder"))
     step: int | None = Field(default=None, description=(
         "the step this fault breaks first: 1 generateIO, 2 compilefornpu, 3 context-binary generation, 4 on the "
         "phone; None for notes that break no step"))
@@ -67,6 +70,29 @@ class ExportSettings(BaseModel):
     kv_limit_source: str
 
 
+class IoRow(BaseModel):
+    """One input of one graph: what generate_llm_qnn.py's IO config will give it and what the graph declares."""
+
+    graph: str
+    name: str
+    io_config: list[int] | None = Field(description="shape in the IO config (None: the config lacks it)")
+    declared: list[int] | None = Field(description="shape the graph declares, -1 for dynamic (None: no such input)")
+    problem: str | None = None
+
+
+class VisualSummary(BaseModel):
+    """The vision encoder of a VL export, as llm-check read it."""
+
+    model: str
+    ops: int
+    inputs: dict[str, list[int]]
+    outputs: list[str]
+    npu_segments: int
+    segments: int
+    image_sizes: list[tuple[int, int]] = Field(default_factory=list, description="--image_sizes as W, H (the script's default 512x512 when none was given)")
+    vision_seq: list[int] = Field(default_factory=list, description="patches rows of each compiled image size")
+
+
 class SegmentSummary(BaseModel):
     index: int
     npu: bool
@@ -86,6 +112,10 @@ class LlmCheckResult(BaseModel):
     findings: list[Finding]
     order: str = ORDER_NOTE
     qnn_outputs: QnnOutputs | None = None
+    visual: VisualSummary | None = Field(default=None, description="the vision encoder of a VL export (visual.mnn)")
+    io_config: list[IoRow] = Field(default_factory=list, description=(
+        "VL exports: each graph input as generate_llm_qnn.py's IO config for this folder name feeds it and as the graph "
+        "declares it"))
     mnn_commit: str = S.MNN_COMMIT
 
     @property

@@ -67,3 +67,33 @@ REFUSED = _ref("source/backend/qnn/backend/QNNBackend.cpp", "1630-1637",
                "a creator that declines: 'MNN_QNN: Don't support type N, <op>.' and no execution")
 RESIZE_FAILED = _ref("express/module/StaticModule.cpp", "698",
                      "'StaticModule resize failed before input copy': the forward gives up, the tool goes on")
+
+# --- vision-language exports (Qwen3-VL) ---------------------------------------------------------------------------
+VL_LLM_IO = _ref("transformers/llm/export/npu/generate_llm_qnn.py", "107-130",
+                 "makeIOJson: with 'Qwen' and 'VL' in --model, position_ids becomes [3, seq] and deepstack_embeds [3, 1, 1] "
+                 "is added to both configs")
+VL_VISUAL_IO = _ref("transformers/llm/export/npu/generate_llm_qnn.py", "134-180",
+                    "makeVLIOJson: one config per --image_sizes WxH; 'Qwen3' in --model: 32-px alignment, 16-px patches, "
+                    "inputs patches/position_ids/attention_mask/idx_tensor/weight_tensor, outputs ['image_embeds'] only; "
+                    "a name without Qwen2.5-VL/Qwen3/FastVLM raises 'Unsupported visual model'")
+VL_CONVERT_VISUAL = _ref("transformers/llm/export/npu/generate_llm_qnn.py", "222-240, 327-356",
+                         "convert_visual: --model_name visual.mnn, --image_sizes parsed as WxH; graph_name graphvisual")
+GENERATEIO_NAMES = _ref("tools/cpp/generateIO.cpp", "78-125",
+                        "generateIO loads the module with exactly the config's input and output names")
+VISUAL_MODEL_DEFAULT = _ref("transformers/llm/engine/src/llmconfig.hpp", "134-135",
+                            "visual_model defaults to visual.mnn next to the config")
+HAS_DEEPSTACK = _ref("transformers/llm/engine/src/llmconfig.hpp", "348-349", "has_deepstack comes from llm_config.json")
+LLM_DEEPSTACK_INPUT = _ref("transformers/llm/engine/src/llm.cpp", "398-404",
+                           "with has_deepstack the runtime loads llm.mnn with a deepstack_embeds input")
+TEXT_DEEPSTACK = _ref("transformers/llm/engine/src/omni.cpp", "511-512",
+                      "without an image the runtime feeds deepstack_embeds as zeros [3, 1, 1]")
+VISUAL_LOAD = _ref("transformers/llm/engine/src/omni.cpp", "570-580",
+                   "is_visual: visual_model is loaded with its own inputs and outputs; a failed load stops the LLM")
+QWEN3VL_DETECT = _ref("transformers/llm/engine/src/omni.cpp", "743-744",
+                      "the runtime treats the encoder as Qwen3-VL (16-px patches, idx/weight tensors) only when it has 5 "
+                      "inputs with idx_tensor 4th")
+IMAGE_RESIZE = _ref("transformers/llm/engine/src/omni.cpp", "761-767",
+                    "each image is resized to multiples of patch*merge within image_min_pixels..image_max_pixels "
+                    "(Qwen3-VL defaults 65536..16777216)")
+DEEPSTACK_OUTPUT = _ref("transformers/llm/engine/src/omni.cpp", "950-954",
+                        "deepstack features are taken only when the visual model returns two outputs")

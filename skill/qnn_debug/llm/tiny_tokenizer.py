@@ -14,7 +14,7 @@ from pathlib import Path
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 STOP_IDS = [256, 258]
-_PIECES = [" the", " and", " of", " to", "ing", "er", "on", "in", "an", " is", "Hello", " world", "的", "是", "中文",
+PIECES = [" the", " and", " of", " to", "ing", "er", "on", "in", "an", " is", "Hello", " world", "的", "是", "中文",
            "\n\n", "  ", "ed", "re", " a", "at", "or", "es", "en", "th"]
 
 
@@ -22,7 +22,7 @@ def vocab(size: int, extra_specials: tuple[str, ...] = ()) -> list[bytes]:
     """Token bytes by id (length ``size``; unused ids get unique filler pieces); ``extra_specials`` (a VL model's
     vision tokens) follow the chat specials."""
     tokens = [bytes([i]) for i in range(256)] + [s.encode() for s in (*SPECIALS, *extra_specials)]
-    for piece in _PIECES:
+    for piece in PIECES:
         if len(tokens) >= size:
             break
         tokens.append(piece.encode("utf-8"))

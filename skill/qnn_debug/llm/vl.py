@@ -19,7 +19,9 @@ block, so ``deepstack_feature`` stays clean — or decoder layer 0; all determin
   Qwen3-VL's interleave (text-only prompts, whose three rows are equal, cannot see it);
 - ``deepstack_dropped``: that decoder layer (one of the first k) skips its deepstack add;
 - ``index_quant``: 16-bit activation encodings on the integer tensors of both ``.mnn`` files (``idx_tensor``,
-  both ``position_ids``, every Gather index), as smooth-quant's propagation spreads them.
+  both ``position_ids``, every Gather index), as smooth-quant's propagation spreads them;
+- ``vision_unregistered_op``: the encoder repeats its position embedding with a ``Tile`` (as ports of the Hugging
+  Face encoder do): same numbers, but an op without a QNN creator inside the encoder's NPU segment.
 Real sizes (``size="qwen3-vl-2b"`` or a ``hf_config``) write weights into ``.onnx.data`` files one tensor at a
 time (never the model twice in memory); ``mnn=False`` skips MNN's converter for them.
 """
@@ -29,11 +31,13 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 from pydantic import BaseModel, Field
 
 from .. import fs
@@ -42,15 +46,15 @@ from ..progress import NULL_PROGRESS, Progress
 from .sized import LazyWeights, _DataSink
 from .tiny import CHAT_TEMPLATE
 from .tiny_graph import VLText, build_graph
-from .tiny_tokenizer import write_tokenizer
+from .tiny_tokenizer import PIECES, SPECIALS, write_tokenizer
 from .vl_inputs import decoder_inputs, prompt_ids, synthetic_frames, vision_inputs, vision_token_ids
 from .vl_sizes import VISION_TOKENS, Preset, VLSizes, preset, vl_sizes_from_hf_config
 from .vl_vision import VisionFaults, VisionWeights, build_vision_graph
 
 VLFault = Literal["vision_rotary_swapped", "vision_mask_not_copied", "mrope_chunked", "deepstack_dropped",
-                  "index_quant"]
+                  "index_quant", "vision_unregistered_op"]
 VL_FAULTS: tuple[VLFault, ...] = ("vision_rotary_swapped", "vision_mask_not_copied", "mrope_chunked",
-                                  "deepstack_dropped", "index_quant")
+                                  "deepstack_dropped", "index_quant", "vision_unregistered_op")
 VISION_FAULTS = ("vision_rotary_swapped", "vision_mask_not_copied")
 DECODER_FAULTS = ("mrope_chunked", "deepstack_dropped")
 
@@ -70,6 +74,8 @@ class VLExportRequest(BaseModel):
                                     "shared rotary's or the first deepstack add's fault starts)")
     mnn: bool = Field(default=True, description="convert both graphs with MNN's converter (visual.mnn, llm.mnn)")
     weight_bits: int = Field(default=0, description="0 = float weights; 4 or 8 = converter weight quant")
+    external_data: bool | None = Field(default=None, description="weights in onnx/*.onnx.data, written one tensor at "
+                                       "a time (default: when the weights exceed 256 MiB)")
     seed: int = 0
 
 
@@ -96,6 +102,20 @@ class VLExport(BaseModel):
                                       "needs to pick the VL IO shapes")
 
 
+class _TextWeights(LazyWeights):
+    """The decoder's weights with an lm_head peaked on printable tokens (as the tiny builder's): greedy text from
+    MNN's runtime stays valid UTF-8 and looks like text, so a divergence reads as one."""
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        w = super().__getitem__(name)
+        if name == "lm_head":
+            first_piece = 256 + len(SPECIALS) + len(VISION_TOKENS)
+            t = np.arange(self.cfg.vocab)
+            printable = ((t >= 32) & (t < 127)) | ((t >= first_piece) & (t < first_piece + len(PIECES)))
+            w *= np.where(printable, 1.0, 0.25).astype(np.float32)[:, None]
+        return w
+
+
 def _sizes(req: VLExportRequest) -> VLSizes:
     if req.hf_config:
         return vl_sizes_from_hf_config(req.hf_config, depth=req.vision_depth, layers=req.text_layers, seed=req.seed)
@@ -103,7 +123,7 @@ def _sizes(req: VLExportRequest) -> VLSizes:
 
 
 def _fault_layer(req: VLExportRequest, sizes: VLSizes) -> int | None:
-    if req.fault is None or req.fault == "index_quant":
+    if req.fault is None or req.fault in ("index_quant", "vision_unregistered_op"):
         return None
     if req.fault in VISION_FAULTS:
         layer, top = (req.fault_layer if req.fault_layer is not None else sizes.vision.depth - 1), sizes.vision.depth
@@ -116,6 +136,14 @@ def _fault_layer(req: VLExportRequest, sizes: VLSizes) -> int | None:
                             hint="pick a vision block for vision faults, one of the first deepstack layers for "
                                  "deepstack_dropped, a decoder layer for mrope_chunked")
     return layer
+
+
+def _rotary_inline(sink: _DataSink | None) -> Callable[[str, np.ndarray], onnx.TensorProto] | None:
+    """The converter's source keeps the rotary tables inline: MNN's converter folds constants through their Gathers
+    and aborts (std::out_of_range) when those tables sit in external data (seen with MNN 3.6's converter)."""
+    if sink is None:
+        return None
+    return lambda name, arr: numpy_helper.from_array(arr, name) if name.startswith("rotary.") else sink(name, arr)
 
 
 def _write(model: onnx.ModelProto, path: Path) -> str:
@@ -150,10 +178,11 @@ def build_vl_export(out_dir: str | Path, request: VLExportRequest | None = None,
     if any(out.iterdir()):
         raise BadInputError(f"{out} is not empty", hint="pass a new directory for the VL export")
     onnx_dir = fs.make_dirs(out / "onnx", what="onnx folder")
-    vw, tw = VisionWeights(v), LazyWeights(t)
-    big = tw.cfg.weight_bytes() + vw.weight_bytes() > 256 * 2**20
+    vw, tw = VisionWeights(v), _TextWeights(t)
+    big = req.external_data if req.external_data is not None else tw.cfg.weight_bytes() + vw.weight_bytes() > 256 * 2**20
     vfaults = VisionFaults(rotary_swapped_block=layer if req.fault == "vision_rotary_swapped" else None,
-                           mask_dropped_block=layer if req.fault == "vision_mask_not_copied" else None)
+                           mask_dropped_block=layer if req.fault == "vision_mask_not_copied" else None,
+                           tiled_pos_embed=req.fault == "vision_unregistered_op")
     vl = VLText(mrope_section=sizes.mrope_section, deepstack=sizes.deepstack,
                 chunked_layers=[layer] if req.fault == "mrope_chunked" and layer is not None else [],
                 deepstack_dropped_layers=[layer] if req.fault == "deepstack_dropped" and layer is not None else [])
@@ -184,7 +213,7 @@ def build_vl_export(out_dir: str | Path, request: VLExportRequest | None = None,
                 tw.written = big  # the data file holds every big weight: later graphs only need shapes
                 if req.mnn:
                     vis_mnn_src = _write(build_vision_graph(v, vw, faults=vfaults, init_hook=vsink), onnx_dir / "visual_mnn.onnx")
-                    fused = build_graph(t, tw, attention="fused", seq_len=None, init_hook=tsink,
+                    fused = build_graph(t, tw, attention="fused", seq_len=None, init_hook=_rotary_inline(tsink),
                                         vl=vl.model_copy(update={"deepstack_seq": 1}))
                     llm_mnn_src = _write(fused, onnx_dir / "llm_mnn.onnx")
             finally:
@@ -227,6 +256,8 @@ def llm_config(sizes: VLSizes, image_size: int) -> dict[str, Any]:
         "attention_type": "full", "is_mrope": True, "mrope_axes": 3,
         "key_value_shape": [2, 1, 0, t.kv_heads, t.head_dim],
         "is_visual": True, "image_mean": [127.5, 127.5, 127.5], "image_norm": [1 / 127.5] * 3,
+        # Qwen3Vision writes image_min_pixels 65536; the test export lowers it so that the runtime keeps its small
+        # test image at its own size (the resize rule enlarges anything below it)
         "image_size": image_size, "image_size_unit": unit, "image_min_pixels": unit * unit,
         "image_max_pixels": 16777216, "vision_start": ids["vision_start"], "vision_end": ids["vision_end"],
         "image_pad": ids["image_pad"], "num_grid_per_side": v.num_grid_per_side, "has_deepstack": True,

@@ -12,8 +12,9 @@ The body: ``patch_embed`` as a Linear (MNN replaces the Conv3d by one), the inte
 h row, half from the w row, then doubled), blocks with LayerNorm, fused qkv, attention with the mask, MLP
 with tanh GELU; node names ``/blocks.N/...`` as MNN's vision ``Decoder`` wrapper names them.
 
-Faults (graph-level, in one block ``k``): ``rotary_swapped_block`` (that block reads the rotary rows as w, h),
-``mask_dropped_block`` (that block's attention adds a zero mask: the mask buffer was never written).
+Faults (graph-level): ``rotary_swapped_block`` (that block reads the rotary rows as w, h), ``mask_dropped_block``
+(that block's attention adds a zero mask: the mask buffer was never written), ``tiled_pos_embed`` (a Tile, which
+MNN's QNN backend does not implement, inside the encoder's NPU segment).
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ InitHook = Callable[[str, np.ndarray], onnx.TensorProto]
 class VisionFaults(BaseModel):
     rotary_swapped_block: int | None = Field(default=None, description="block whose 2-D rotary takes rows (w, h)")
     mask_dropped_block: int | None = Field(default=None, description="block whose attention sees a zero mask")
+    tiled_pos_embed: bool = Field(default=False, description=(
+        "repeat the interpolated position embedding over the patches with a Tile, as ports of the Hugging Face "
+        "encoder (pos_embed.repeat(t, 1)) write it: same numbers, but MNN's QNN backend has no Tile"))
 
 
 class VisionWeights(Mapping[str, np.ndarray]):
@@ -155,6 +159,12 @@ def build_vision_graph(v: VisionSizes, w: Mapping[str, np.ndarray], *, seq_len: 
     pe = b.one("/pos_embed", "Gather", [b.init("pos_embed.weight", w["pos_embed.weight"]), "idx_tensor"], axis=0)
     pe = b.one("/pos_embed", "Mul", [pe, b.one("/pos_embed", "Unsqueeze", ["weight_tensor", b.const_i64("/pos_embed/axis", [2])])])
     pe = b.one("/pos_embed", "ReduceSum", [pe, b.const_i64("/pos_embed/sum_axis", [0])], keepdims=0)
+    if faults.tiled_pos_embed:
+        first = [b.const_i64("/pos_embed/s0", [0]), b.const_i64("/pos_embed/e1", [1])]
+        rows = b.one("/pos_embed", "Slice", [b.one("/pos_embed", "Shape", ["patches"]), *first])
+        have = b.one("/pos_embed", "Slice", [b.one("/pos_embed", "Shape", [pe]), *first])
+        reps = b.one("/pos_embed", "Concat", [b.one("/pos_embed", "Div", [rows, have]), b.const_i64("/pos_embed/one", [1])], axis=0)
+        pe = b.one("/pos_embed", "Tile", [pe, reps])
     x = b.one("", "Add", [x, pe])
     cos, sin = _rotary_2d(b, "/rotary", v, swapped=False)
     deep: list[str] = []
