@@ -192,3 +192,14 @@ async def test_mcp_localise_blocks_names_the_chunked_mrope(tmp_path: Path) -> No
     r = doc.get("result", doc)
     assert r["graph"] == "decoder (M-RoPE)" and r["block_pattern"] == "rotary_layout"
     assert r["first_failing"]["op"] == "/rotary/Gather" and "Qwen2-VL layout" in r["summary"]
+
+
+def test_bisect_builds_vl_inputs_and_finds_the_swapped_vision_rows(tmp_path: Path) -> None:
+    clean, bug = write_pair(tmp_path, "visual", TINY_V, "rows_swapped")
+    proc = subprocess.run([sys.executable, "-m", "qnn_debug", "bisect", str(bug), "--reference-model", str(clean),
+                           "--no-mnn-gate", "--out", "bisect", "--json"], capture_output=True, text=True, check=False,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    r = json.loads(proc.stdout)
+    assert r["verdict"] == "real_bug" and r["first_failing"]["op"] == "/rotary/Cast", r["first_failing"]
+    assert (tmp_path / "bisect" / "vl_inputs.npz").is_file()
