@@ -203,3 +203,12 @@ def test_bisect_builds_vl_inputs_and_finds_the_swapped_vision_rows(tmp_path: Pat
     r = json.loads(proc.stdout)
     assert r["verdict"] == "real_bug" and r["first_failing"]["op"] == "/rotary/Cast", r["first_failing"]
     assert (tmp_path / "bisect" / "vl_inputs.npz").is_file()
+
+
+def test_cli_on_a_vl_folder_without_inputs_names_the_chunked_mrope(tmp_path: Path, exports: dict[str, Path]) -> None:
+    """No --inputs: the decoder's 3-row ids and deepstack features are built from the graph; the M-RoPE layout is
+    read off the cos/sin tables the cut-out layer reads (fp32 values, not the graph that made them)."""
+    r = cli(tmp_path, str(exports["mrope_chunked"]), "--graph", "llm", "--reference-model", str(exports["clean"]),
+            "--out", "blocks")
+    assert r["first_failing"]["op"] == "/layers.0/self_attn/rotary_q/Mul" and r["block_pattern"] == "rotary_layout"
+    assert "M-RoPE sections [6, 5, 5]" in r["summary"] and "Qwen2-VL layout" in r["summary"], r["summary"]
