@@ -123,10 +123,10 @@ def test_missing_visual_model_and_missing_deepstack_input(folders: dict[tuple[st
 
 
 def test_image_sizes_against_the_runtime_resize(folders: dict[tuple[str, str], Path], tmp_path: Path) -> None:
-    doc = _check(folders[("tiny", "clean")], "--image-sizes", "128x128,100x90")
-    assert doc["visual"]["vision_seq"] == [64, 36]
+    doc = _check(folders[("tiny", "clean")], "--image-sizes", "128x128,150x130")
+    assert doc["visual"]["vision_seq"] == [64, 80]
     sizes = next(f for f in doc["findings"] if f["id"] == "vl_image_sizes")
-    assert sizes["severity"] == "warning" and sizes["evidence"] == ["100x90: compiled as 96x96 (36 patches); feed images of that size"]
+    assert sizes["severity"] == "warning" and sizes["evidence"] == ["150x130: compiled as 160x128 (80 patches); feed images of that size"]
     real = _copy(folders[("tiny", "clean")], tmp_path / "Qwen3-VL-realmin")
     cfg = json.loads((real / "llm_config.json").read_text(encoding="utf-8"))
     cfg["image_min_pixels"] = 65536  # what llmexport writes for Qwen3-VL

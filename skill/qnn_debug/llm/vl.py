@@ -43,6 +43,7 @@ from pydantic import BaseModel, Field
 from .. import fs
 from ..errors import BadInputError
 from ..progress import NULL_PROGRESS, Progress
+from .check_vl import QWEN3_MIN_PIXELS
 from .sized import LazyWeights, _DataSink
 from .tiny import CHAT_TEMPLATE
 from .tiny_graph import VLText, build_graph
@@ -246,7 +247,7 @@ def build_vl_export(out_dir: str | Path, request: VLExportRequest | None = None,
                     folder_name_matches="Qwen" in name and "VL" in name)
 
 
-def llm_config(sizes: VLSizes, image_size: int) -> dict[str, Any]:
+def llm_config(sizes: VLSizes, image_hw: tuple[int, int]) -> dict[str, Any]:
     """``llm_config.json`` as llmexport writes it for qwen3_vl (decoder keys, then ``Qwen3Vision``'s)."""
     t, v = sizes.text, sizes.vision
     ids = vision_token_ids()
@@ -256,9 +257,10 @@ def llm_config(sizes: VLSizes, image_size: int) -> dict[str, Any]:
         "attention_type": "full", "is_mrope": True, "mrope_axes": 3,
         "key_value_shape": [2, 1, 0, t.kv_heads, t.head_dim],
         "is_visual": True, "image_mean": [127.5, 127.5, 127.5], "image_norm": [1 / 127.5] * 3,
-        # Qwen3Vision writes image_min_pixels 65536; the test export lowers it so that the runtime keeps its small
-        # test image at its own size (the resize rule enlarges anything below it)
-        "image_size": image_size, "image_size_unit": unit, "image_min_pixels": unit * unit,
+        # Qwen3Vision writes image_min_pixels 65536; a smaller test image lowers it to its own pixel count, so that
+        # the runtime keeps it at its size (the resize rule enlarges anything below the minimum)
+        "image_size": max(image_hw), "image_size_unit": unit,
+        "image_min_pixels": min(QWEN3_MIN_PIXELS, image_hw[0] * image_hw[1]),
         "image_max_pixels": 16777216, "vision_start": ids["vision_start"], "vision_end": ids["vision_end"],
         "image_pad": ids["image_pad"], "num_grid_per_side": v.num_grid_per_side, "has_deepstack": True,
         "max_position_embeddings": t.max_position,
@@ -270,7 +272,7 @@ def _write_runtime_files(out: Path, sizes: VLSizes, req: VLExportRequest, tw: La
                          image_hw: tuple[int, int]) -> None:
     tw.write_embeddings_bf16(out / "embeddings_bf16.bin")
     write_tokenizer(out / "tokenizer.txt", sizes.text.vocab, VISION_TOKENS)
-    fs.atomic_write_text(out / "llm_config.json", json.dumps(llm_config(sizes, max(image_hw)), indent=4))
+    fs.atomic_write_text(out / "llm_config.json", json.dumps(llm_config(sizes, image_hw), indent=4))
     config = {"llm_model": "llm.mnn", "llm_weight": "llm.mnn.weight", "backend_type": "cpu", "thread_num": 1,
               "precision": "low", "memory": "low", "sampler_type": "mixed", "temperature": 0.8, "top_k": 40,
               "top_p": 0.9, "tokenizer_file": "tokenizer.txt",
