@@ -38,7 +38,8 @@ def test_blocks_stream_external_data_and_find_the_rotary_at_two_widths(tmp_path:
     data_size = Path(d.data).stat().st_size
     r = run_blocks(BlockRequest(model=Path(d.faulty["rotary"]), reference_model=Path(d.clean), inputs=Path(d.inputs),
                                 out=tmp_path / "blocks"))
-    assert [b.bad for b in r.blocks] == [i == layer for i in range(sizes.layers)], r.blocks
+    assert [b.bad for b in r.blocks if not b.label] == [i == layer for i in range(sizes.layers)], r.blocks
+    assert not any(b.bad for b in r.blocks if b.label)
     assert r.first_failing is not None and r.first_failing.op == f"/layers.{layer}/self_attn/rotary_q/Concat"
     work = tmp_path / "blocks" / "blocks"
     for stage in [*work.glob("blocks*.onnx"), *work.glob("ops*.onnx")]:
@@ -73,11 +74,15 @@ def test_the_memory_budget_groups_blocks_and_refuses_a_block_that_cannot_fit(tmp
     events: list[ProgressEvent] = []
     one = run_blocks(BlockRequest(**req, out=tmp_path / "one", max_memory=PROCESS_BASE + 20 * 1024 * 1024),
                      Progress(events.append))
-    assert one.timings["block_groups"] == WIDER.layers
+    # every layer alone, and each segment of ops outside the layers (rotary tables before, the head after) alone
+    outside = [b.label for b in one.blocks if b.label]
+    assert outside == ["outside the layers, before layer 0", "outside the layers, after layer 3"]
+    stages = WIDER.layers + len(outside)
+    assert one.timings["block_groups"] == stages
     # progress per block, with elapsed and remaining time, from the simulator worker and the CPU reference
     sim = [e for e in events if e.stage == "htp-sim: blocks" and not e.finished and e.done]
-    assert [e.done for e in sim] == [1, 2, 3, 4] and all(e.total == 4 for e in sim)
-    assert "layer 0 done (1/4)" in sim[0].message and "s elapsed, ~" in sim[0].message and "s left" in sim[0].message
+    assert [e.done for e in sim] == list(range(1, stages + 1)) and all(e.total == stages for e in sim)
+    assert f"layer 0 done (2/{stages})" in sim[1].message and "s elapsed, ~" in sim[0].message and "s left" in sim[0].message
     assert any(e.stage == "reference: blocks" and "reference layer 3" in e.message for e in events)
     assert one.first_failing is not None and one.first_failing.op == "/layers.3/self_attn/rotary_q/Concat"
     with pytest.raises(MemoryBudgetError) as e:

@@ -264,18 +264,28 @@ class BisectRequest(TargetRun):
 
 
 class LocaliseBlocksRequest(TargetRun):
-    """An LLM decoder whose blocks to run one by one on the reference hidden state."""
+    """An LLM decoder or a VL vision encoder whose blocks (and the ops between them) to run one by one on the
+    reference values."""
 
-    model: Annotated[str, PathRole("file"), Cli(positional=True), Field(
-        min_length=1, max_length=4096, description="The decoder's .onnx (node names carry /layers.N/), e.g. "
-        "llmexport's onnx/llm.onnx at the fixed prefill shape")]
+    model: Annotated[str, PathRole("any"), Cli(positional=True), Field(
+        min_length=1, max_length=4096, description="The .onnx to localise (node names carry /layers.N/ or "
+        "/blocks.N/): llmexport's onnx/llm.onnx at the fixed prefill shape, a VL export's visual.onnx, or a VL "
+        "export folder (its onnx/visual.onnx or onnx/llm.onnx, chosen by --graph)")]
+    graph: Annotated[Literal["visual", "llm"] | None, Cli(flag="--graph"), Field(
+        default=None, description="With a VL export folder: localise the vision encoder (visual, the default) or the "
+        "M-RoPE decoder (llm)")] = None
+    reference_model: Annotated[str | None, PathRole("any"), Cli(flag="--reference-model"), Field(
+        default=None, max_length=4096, description="The model the CPU reference runs (default: MODEL); give the "
+        "original when MODEL is an edited copy (a VL export folder too: its graph of the same --graph)")] = None
+    image: Annotated[str | None, PathRole("file"), Cli(flag="--image"), Field(
+        default=None, max_length=4096, description="VL vision encoder: make the patches from this image (resized to "
+        "the graph's grid, as two images so the attention mask matters); default: smooth synthetic patches")] = None
     target: Annotated[str, Cli(flag="--target"), Field(
         min_length=1, max_length=32, json_schema_extra={"enum": list(QNN_TARGETS)},
         description="htp-sim (every block in one simulator session, no phone needed), device (each block's .mnn "
         "dumped with MNN2QNNModel --dump_intermediate_outputs and run on the phone over adb; options mnn2qnn and "
         "qnn_sdk) or host (a local MNN build)")] = DEFAULT_TARGET
     out: Out = Field(None, description="Output directory (default: qnn-debug-runs/MODEL/blocks, or blocks-TARGET off the simulator)")
-    reference_model: ReferenceModel = None
     layers_per_block: Annotated[int, Cli(flag="--layers-per-block"), Field(
         ge=1, le=64, description="Decoder layers cut out together")] = 1
     inner: Annotated[Literal["diagnose", "bisect", "none"], Cli(flag="--inner"), Field(
@@ -286,7 +296,8 @@ class LocaliseBlocksRequest(TargetRun):
                     "(default: a third of the free memory, at most 8G)")] = None
 
     def default_out(self) -> tuple[str, str] | None:
-        return _stem(self.model), "blocks" if self.target == DEFAULT_TARGET else f"blocks-{self.target}"
+        leaf = "blocks" if self.target == DEFAULT_TARGET else f"blocks-{self.target}"
+        return _stem(self.model), f"{leaf}-{self.graph}" if self.graph else leaf
 
 
 class LlmCheckRequest(Request):

@@ -140,10 +140,14 @@ def localise_blocks(request: rq.LocaliseBlocksRequest, progress: Progress) -> Bl
         raise BadInputError(f"--serial applies to --target {' or '.join(adb_targets)} only",
                             hint=f"drop --serial or add --target {' or '.join(adb_targets)}")
     options = _target_options(request)
+    from ..llm.vl_folder import graph_in_folder
     from ..localise.budget import parse_size
 
+    model = graph_in_folder(Path(request.model), request.graph)
+    reference = graph_in_folder(Path(request.reference_model), request.graph) if request.reference_model else None
     return engine.run_blocks(engine.BlockRequest(
-        model=Path(request.model), out=out_dir(request, request.out), reference_model=request.reference_model,
+        model=model, out=out_dir(request, request.out), reference_model=reference,
+        image=Path(request.image) if request.image else None,
         target=request.target, inputs=request.inputs, shapes=request.shapes or {}, seed=request.seed,
         layers_per_block=request.layers_per_block, inner=request.inner, soc_model=request.soc, htp_arch=request.arch,
         options=options, force=request.force, timeout=request.timeout,

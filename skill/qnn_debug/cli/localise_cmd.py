@@ -22,11 +22,19 @@ def human_bisect(result: Any, request: Any) -> None:
 
 
 def human_blocks(result: Any, request: Any) -> None:
-    typer.echo(f"block localisation of {Path(request.model).name} on {request.target} in {result.out}")
+    typer.echo(f"block localisation of {Path(request.model).name} ({result.graph}) on {request.target} in {result.out}")
     for b in result.blocks:
         w = b.worst
-        where = f"layer {b.first}" if b.first == b.last else f"layers {b.first}..{b.last}"
-        typer.echo(f"  {where:<14} {'BAD ' if b.bad else 'good'} worst excess {w.excess_db if w else None} dB")
+        where = b.label or (f"layer {b.first}" if b.first == b.last else f"layers {b.first}..{b.last}")
+        if b.missing:
+            state = f"missing in the target: {', '.join(b.missing)}"
+        elif b.not_judged:
+            state = f"not judged: {b.not_judged[:120]}"
+        elif w is None:
+            state = "nothing to judge"
+        else:
+            state = f"worst excess {w.excess_db} dB"
+        typer.echo(f"  {where:<14} {'BAD ' if b.bad else 'good'} {state}")
     typer.echo(f"verdict {result.verdict}: {result.summary}")
     for step in result.next_steps:
         typer.echo(f"next: {step.cli}    # {step.why}")
@@ -35,4 +43,5 @@ def human_blocks(result: Any, request: Any) -> None:
 op_command("bisect", "bisect", human_bisect, help_text=(
     "Truncate MODEL at cuts, run each on the target, compare with the CPU reference, narrow in ~log2 N probes."))
 op_command("localise-blocks", "localise_blocks", human_blocks, help_text=(
-    "Run each decoder block alone on the reference hidden state, then find the first failing op inside the first bad block."))
+    "Run each block (LLM decoder layers, a VL vision encoder's blocks, and the ops between them) alone on the reference "
+    "values, then find the first failing op inside the first bad one. MODEL may be a VL export folder (--graph)."))

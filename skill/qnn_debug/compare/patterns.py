@@ -11,7 +11,8 @@ data input were zeros), ``bias_only`` (the same for an op with a bias: output ==
 a missing bias), ``permutation`` (right values, wrong places: NHWC flatten order, conv weight layout),
 ``scale_shift`` (target ≈ a·x + b), ``constant``, ``rotary_layout`` (a rotary embedding computed with another
 layout: interleaved pairs, the sign on the other half, the Neg lost, cos/sin swapped, another split; see
-:mod:`.rotary`).
+:mod:`.rotary`; or rotary tables from multi-row position ids with rows swapped or M-RoPE sections chunked where
+they are interleaved and back; see :mod:`.rotary_positions`).
 """
 
 from __future__ import annotations
@@ -161,6 +162,84 @@ def rotary_layout(ctx: PatternContext) -> list[Trial]:
     return [Trial("rotary_layout", f"{label}, in the rotary block of {block.node}", ctx.score(alt),
                   {"rotary_block": block.node, "rotary_input": block.x})
             for label, alt in alternatives(block, ctx.tensor, values).items()]
+
+
+@pattern_test
+def rotary_positions(ctx: PatternContext) -> list[Trial]:
+    """Rotary tables built from multi-row position ids (2-D vision rotary, M-RoPE) with rows swapped or the sections
+    laid out the other way (:mod:`.rotary_positions`): at a tensor of the tables themselves, or at a rotary block
+    (``x * cos``, ``rotate_half(x) * sin``, their sum) whose cos and sin are such tables."""
+    from .rotary_positions import position_source
+
+    model = ctx.run.index.model
+    found = position_source(model, ctx.tensor)
+    if found is not None:
+        alts = _position_alternatives(ctx, found[0], found[1], ctx.tensor)
+        where = f"in the rotary tables computed by {ctx.run.op.name}"
+        return [Trial("rotary_layout", f"{label}, {where}", ctx.score(alt), {"rotary_positions": found[1]})
+                for label, alt in alts.items()]
+    block = find_block(list(ctx.run.index.nodes.values()), ctx.tensor)
+    if block is None or block.cos is None or block.sin is None or ctx.tensor == block.rotated:
+        return []
+    x = _value(ctx, block.x)
+    tables = _table_alternatives(ctx, block.cos, block.sin)
+    if x is None or not tables:
+        return []
+    x = np.asarray(x, np.float64)
+    h = x.shape[-1] // 2
+    if block.interleaved:
+        rotated = np.empty_like(x)
+        rotated[..., 0::2], rotated[..., 1::2] = -x[..., 1::2], x[..., 0::2]
+    else:
+        rotated = np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+    trials = []
+    for label, (c, sn) in tables.items():
+        value = {block.cos_product: x * c, block.sin_product: rotated * sn, block.output: x * c + rotated * sn}.get(
+            ctx.tensor)
+        if value is not None:
+            trials.append(Trial("rotary_layout", f"{label}, in the cos/sin tables of the rotary block of {block.node}",
+                                ctx.score(value), {"rotary_block": block.node}))
+    return trials
+
+
+def _table_alternatives(ctx: PatternContext, cos: str, sin: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The cos/sin of a rotary block under the other position-row layouts: rebuilt by the graph from the ids when
+    the tables come from them here, else from the tables' own values and the ids among the graph inputs."""
+    from .rotary_positions import position_source, table_alternatives
+
+    model = ctx.run.index.model
+    cos_src, sin_src = position_source(model, cos), position_source(model, sin)
+    if cos_src is not None and sin_src is not None and cos_src[1] == sin_src[1]:
+        c = _position_alternatives(ctx, cos_src[0], cos_src[1], cos)
+        s = _position_alternatives(ctx, sin_src[0], sin_src[1], sin)
+        return {k: (c[k], s[k]) for k in c.keys() & s.keys()}
+    cv, sv = _value(ctx, cos), _value(ctx, sin)
+    if cv is None or sv is None:
+        return {}
+    tokens = int(np.prod(np.asarray(cv).shape[:-1]))
+    for spec in model.graph.input:
+        dims = [d.dim_value for d in spec.type.tensor_type.shape.dim]
+        if spec.type.tensor_type.elem_type in (onnx.TensorProto.INT32, onnx.TensorProto.INT64) and len(dims) == 2 \
+                and dims[0] in (2, 3) and dims[1] == tokens and (ids := _value(ctx, spec.name)) is not None:
+            return table_alternatives(np.asarray(cv), np.asarray(sv), np.asarray(ids), spec.name)
+    return {}
+
+
+def _position_alternatives(ctx: PatternContext, sub: onnx.ModelProto, ids_name: str, tensor: str) -> dict[str, np.ndarray]:
+    from .local_error import run_cpu
+    from .rotary_positions import alternatives as position_alternatives
+
+    ids = _value(ctx, ids_name)
+    if ids is None or np.asarray(ids).ndim != 2 or np.asarray(ids).shape[0] not in (2, 3):
+        return {}
+
+    def run(values: np.ndarray) -> np.ndarray:
+        return run_cpu(sub, {ids_name: np.ascontiguousarray(values)}, [tensor])[tensor]
+
+    try:
+        return position_alternatives(np.asarray(ids), run, ids_name)
+    except LocalRunError:
+        return {}
 
 
 def _value(ctx: PatternContext, name: str) -> np.ndarray | None:

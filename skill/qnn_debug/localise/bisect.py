@@ -81,6 +81,8 @@ def run_bisect(request: BisectRequest, progress: Progress = NULL_PROGRESS, *,
     tgt = target(request.target)
     out = _prepare_out(Path(request.out), request.force)
     model = load_onnx(model_path)
+    if request.inputs is None and request.baseline is None:
+        request = _vl_inputs(request, load_onnx(ref_path), out)
     if tgt.capabilities.own_reference:
         result = _bisect_same_device(tgt, request, model, load_onnx(ref_path), out, th, progress)
     else:
@@ -88,6 +90,18 @@ def run_bisect(request: BisectRequest, progress: Progress = NULL_PROGRESS, *,
     result.elapsed_s = round(time.monotonic() - started, 3)
     atomic_write_text(out / RESULT_FILE, result.model_dump_json(indent=1))
     return result
+
+
+def _vl_inputs(request: BisectRequest, reference: Any, out: Path) -> BisectRequest:
+    """A VL vision encoder or M-RoPE decoder without inputs gets them as MNN's runtime builds them (ids, masks,
+    idx/weight tensors, deepstack features), saved beside the result; other models keep seeded data."""
+    from ..inputs import save_npz
+    from ..llm.vl_feeds import vl_feeds
+
+    built = vl_feeds(reference, request.shapes or None, None, request.seed)
+    if built is None:
+        return request
+    return request.model_copy(update={"inputs": save_npz(out / "vl_inputs.npz", built)})
 
 
 def _prepare_out(out: Path, force: bool) -> Path:

@@ -30,6 +30,9 @@ class BlockRequest(BaseModel):
     out: Path
     reference_model: Path | None = None
     inputs: Path | None = None  # the prefill inputs (.npz); default: seeded data of the model's static shapes
+    # a VL vision encoder's patches from this image (resized to the model's grid); VL graphs without inputs get
+    # runtime-shaped ids, mask, idx/weight tensors and deepstack features (qnn_debug.llm.vl_inputs)
+    image: Path | None = None
     shapes: dict[str, list[int]] = Field(default_factory=dict)
     seed: int = 0
     layers_per_block: int = Field(default=1, ge=1, le=64)
@@ -124,18 +127,41 @@ def elem_type(value: Any, known: int | None) -> int:
 
 
 def block_name(check: BlockCheck) -> str:
+    if check.label:
+        return check.label
     return f"layer {check.first}" if check.first == check.last else f"layers {check.first}..{check.last}"
+
+
+def graph_kind(model: Any) -> str:
+    """Which graph of an export this is, from its inputs: a VL vision encoder (``patches``, 2-row position ids),
+    an M-RoPE decoder (3-row position ids), a decoder, or some other layered model."""
+    dims = {i.name: [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
+            for i in model.graph.input}
+    pos = dims.get("position_ids") or []
+    if "patches" in dims:
+        return "vision encoder"
+    if "deepstack_embeds" in dims or (len(pos) == 2 and pos[0] == 3):
+        return "decoder (M-RoPE)"
+    if "input_ids" in dims or "inputs_embeds" in dims:
+        return "decoder"
+    return "layered model"
 
 
 def explain(result: BlockResult, th: Thresholds) -> None:
     bad, ff = result.first_failing_block, result.first_failing
     n = len(result.blocks)
-    if bad is not None:
+    graph = f"{result.graph}: " if result.graph != "decoder" else ""
+    if bad is not None and bad.missing and ff is not None:
+        result.summary = (f"{graph}{block_name(bad)} is the first failing segment of {n}: {ff.op} ({ff.op_type}) is "
+                          f"{ff.method}")
+    elif bad is not None:
         w = bad.worst
-        where = f"layer {bad.first}" if bad.first == bad.last else f"layers {bad.first}..{bad.last}"
-        result.summary = (f"{where} is the first failing block of {n}: fed the reference hidden state, its output "
-                          f"{w.name if w else '?'!r} is {w.excess_db if w else '?'} dB beyond its fp16 floor "
-                          f"(target {w.target_sqnr_db if w else '?'} dB, floor {w.floor_sqnr_db if w else '?'} dB)")
+        where = block_name(bad)
+        result.summary = (f"{graph}{where} is the first failing segment of {n}: fed the reference values of what it "
+                          f"reads, its output {w.name if w else '?'!r} is {w.excess_db if w else '?'} dB beyond its fp16 "
+                          f"floor (target {w.target_sqnr_db if w else '?'} dB, floor {w.floor_sqnr_db if w else '?'} dB)")
+        if result.block_finding and result.block_pattern not in (None, "none"):
+            result.summary += f"; the segment's diagnosis: {result.block_finding}"
         if ff is not None:
             result.summary += f"; inside it, {ff.op} ({ff.op_type}) is the first failing op"
             if ff.op_type:
@@ -143,7 +169,7 @@ def explain(result: BlockResult, th: Thresholds) -> None:
                                           f"Check {ff.op_type}'s QNN/HTP constraints and known MNN traps: {ff.op} is "
                                           f"the first failing op inside {ff.block} ({ff.method}).")]
     else:
-        result.summary = f"every one of the {n} blocks is within {th.jump_db:g} dB of its fp16 floor"
+        result.summary = f"{graph}every one of the {n} segments is within {th.jump_db:g} dB of its fp16 floor"
     if result.fp16_range is not None:
         result.summary += f"; fp16 range: {result.fp16_range.note}"
         if bad is None:

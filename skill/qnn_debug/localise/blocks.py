@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from ..compare.thresholds import Thresholds
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import atomic_write_text, check_output_dir
 from ..targets import target as get_target
-from .block_cut import RESULT_FILE, BlockCut, BlockRequest, block_name, cut_blocks, explain
+from .block_cut import RESULT_FILE, BlockCut, BlockRequest, block_name, cut_blocks, explain, graph_kind
 from .blocks_mnn import run_blocks_mnn
 from .models import BlockCheck, BlockFirstFailing, BlockResult
 from .probe import ProbeTensor
@@ -48,32 +49,39 @@ def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
     work = out / "blocks"
     work.mkdir(exist_ok=True)
     cut, response, timings = simulate(request, work, progress, th, tgt)
-    tgt_blocks, outs_per_block, rng = cut.tgt_blocks, cut.outs_per_block, cut.fp16_range
+    rng = cut.fp16_range
+    judged = dict(zip(cut.sent, response["blocks"], strict=True))
+    skipped = {cut.sent[int(i)]: why for i, why in (response.get("not_judged") or {}).items()}
     checks = []
-    for tb, outs, tensors in zip(tgt_blocks, outs_per_block, response["blocks"], strict=True):
-        found = [ProbeTensor.model_validate(t) for t in tensors]
+    for k, (tb, rb, outs) in enumerate(zip(cut.tgt_blocks, cut.ref_blocks, cut.outs_per_block, strict=True)):
+        found = [ProbeTensor.model_validate(t) for t in judged.get(k, [])]
         scored = [t for t in found if t.excess_db is not None]
         worst = max(scored, key=lambda t: t.excess_db or 0.0) if scored else None
-        checks.append(BlockCheck(first=tb.first, last=tb.last, inputs=tb.inputs, outputs=outs,
-                                 bad=any(t.status == "bad" for t in found), worst=worst))
-    result = BlockResult(out=str(out), model=str(request.model), blocks=checks, verdict="ok", summary="",
-                         fp16_range=rng, timings=timings)
+        missing = cut.missing[k] if k < len(cut.missing) else []
+        checks.append(BlockCheck(first=rb.first, last=rb.last, label=rb.label, inputs=tb.inputs, outputs=outs,
+                                 bad=any(t.status == "bad" for t in found) or bool(missing), worst=worst,
+                                 missing=missing, not_judged=skipped.get(k, "")))
+    result = BlockResult(out=str(out), model=str(request.model), graph=graph_kind(cut.reference.model),
+                         blocks=checks, verdict="ok", summary="", fp16_range=rng, timings=timings)
     bad = next((c for c in checks if c.bad), None)
     result.first_failing_block = bad
     if bad is not None:
         result.verdict = "real_bug"
         k = checks.index(bad)
-        stage = response.get("ops_stage")
         where = block_name(bad)
-        for piece, tensors in zip((stage or {}).get("pieces", []), response.get("ops") or [], strict=False):
-            hit = next((ProbeTensor.model_validate(t) for t in tensors if t["status"] == "bad"), None)
-            if hit is not None:
-                result.first_failing = BlockFirstFailing(op=piece["op"], op_type=piece["op_type"], tensor=hit.name,
-                                                         position=piece["position"], block=where, evidence=hit)
-                break
-        if request.inner != "none":
+        if bad.missing:
+            result.first_failing = missing_op(cut, k, where)
+        elif cut.sent.index(k) == response.get("first_bad_block"):
+            stage = response.get("ops_stage")
+            for piece, tensors in zip((stage or {}).get("pieces", []), response.get("ops") or [], strict=False):
+                hit = next((ProbeTensor.model_validate(t) for t in tensors if t["status"] == "bad"), None)
+                if hit is not None:
+                    result.first_failing = BlockFirstFailing(op=piece["op"], op_type=piece["op_type"], tensor=hit.name,
+                                                             position=piece["position"], block=where, evidence=hit)
+                    break
+        if request.inner != "none" and not bad.missing:
             t0 = time.monotonic()
-            stem = f"block{k:03d}_layers{bad.first}-{bad.last}"
+            stem = f"block{k:03d}_{_slug(bad)}"
             save_block(cut, work, stem, k)
             (_diagnose_block if request.inner == "diagnose" else _bisect_block)(result, work, stem, request, progress)
             timings[f"{request.inner}_block_s"] = round(time.monotonic() - t0, 3)
@@ -97,6 +105,11 @@ def _diagnose_block(result: BlockResult, work: Path, stem: str, request: BlockRe
     name = block_name(result.first_failing_block)
     if d.compare is not None:
         result.block_verdict = d.compare.verdict.kind
+        result.block_pattern = d.compare.verdict.pattern
+        from ..compare.trust import verdict_alone
+
+        # the block's reference is the CPU reference's own values at its boundary: the MNN gate is off on purpose
+        result.block_finding = verdict_alone(d.compare)
         ff = d.compare.first_failing
         if ff is not None:
             result.first_failing = BlockFirstFailing(op=ff.op, op_type=ff.op_type, tensor=ff.tensor,
@@ -128,6 +141,30 @@ def _bisect_block(result: BlockResult, work: Path, stem: str, request: BlockRequ
                                                  block=block_name(bad))
 
 
+def _slug(check: BlockCheck) -> str:
+    if check.label:
+        return "outside_" + ("before" if "before" in check.label else "after") + f"{check.first}"
+    return f"layers{check.first}-{check.last}"
+
+
+def missing_op(cut: Any, k: int, where: str) -> BlockFirstFailing:
+    """A segment whose result the target never computes (an op dropped from the target graph): the reference op
+    making the first missing tensor, and what the target's next block reads in its place."""
+    from ..onnx_graph import nodes_in_order
+
+    name = cut.missing[k][0]
+    node = next(n for n in nodes_in_order(cut.reference.model) if name in n.outputs)
+    instead = ""
+    if k + 1 < len(cut.tgt_blocks):
+        ref_in, tgt_in = cut.ref_blocks[k + 1].inputs, cut.tgt_blocks[k + 1].inputs
+        extra = [i for i in tgt_in if i not in ref_in]
+        if name in ref_in and extra:
+            instead = f"; the target's {cut.tgt_blocks[k + 1].name} reads {extra[0]!r} in its place"
+    return BlockFirstFailing(op=node.name, op_type=node.op_type, tensor=name, position=node.position, block=where,
+                             method=f"missing in the target: the reference computes {name!r} here, the target "
+                                    f"graph has no op making it{instead}")
+
+
 def _prepare_out(out: Path, force: bool) -> Path:
     import shutil
 
@@ -136,7 +173,7 @@ def _prepare_out(out: Path, force: bool) -> Path:
 
     if check_output_dir(out, force=force, is_ours=ours, what="block localisation"):
         for entry in out.iterdir():
-            if entry.name in (RESULT_FILE, "blocks") or entry.name.startswith(("diagnose-block", "bisect-block")):
+            if entry.name in (RESULT_FILE, "blocks", "vl_inputs.npz") or entry.name.startswith(("diagnose-block", "bisect-block")):
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     out.mkdir(parents=True, exist_ok=True)
     return out.resolve()

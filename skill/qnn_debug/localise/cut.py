@@ -127,9 +127,12 @@ class Block:
     positions: list[int] = field(default_factory=list)  # ops of the block, in execution order
     inputs: list[str] = field(default_factory=list)  # tensors the block reads from outside (hidden state first)
     outputs: list[str] = field(default_factory=list)  # tensors the block makes that outside ops read
+    label: str = ""  # ops outside the layers: where they sit ("before layer 0", "between layers 0 and 1", ...)
 
     @property
     def name(self) -> str:
+        if self.label:
+            return self.label
         return f"layer {self.first}" if self.first == self.last else f"layers {self.first}..{self.last}"
 
 
@@ -159,8 +162,18 @@ def block(model: onnx.ModelProto, first: int, last: int | None = None) -> Block:
     if first not in layers or last not in layers or last < first:
         raise BadInputError(f"the model has no layers {first}..{last}",
                             hint=f"layers present: {min(layers)}..{max(layers)}")
-    nodes = nodes_in_order(model)
     inside = sorted(p for k, ps in layers.items() if first <= k <= last for p in ps)
+    found = positions_block(model, inside, first, last)
+    if not found.outputs:
+        raise BadInputError(f"nothing outside layers {first}..{last} reads their results", hint="check the layer range")
+    return found
+
+
+def positions_block(model: onnx.ModelProto, positions: list[int], first: int, last: int, label: str = "") -> Block:
+    """The boundary of the ops at ``positions`` (execution order): what they read from outside and what outside
+    reads from them (or the graph returns)."""
+    nodes = nodes_in_order(model)
+    inside = sorted(positions)
     members = set(inside)
     inits = initializer_names(model)
     const_out = {o for n in nodes if n.op_type == "Constant" for o in n.outputs}
@@ -173,9 +186,7 @@ def block(model: onnx.ModelProto, first: int, last: int | None = None) -> Block:
     graph_outputs = {o.name for o in model.graph.output}
     outside_reads = {i for n in nodes if n.position not in members for i in n.inputs}
     outs = [o for p in inside for o in nodes[p].outputs if o in outside_reads or o in graph_outputs]
-    if not outs:
-        raise BadInputError(f"nothing outside layers {first}..{last} reads their results", hint="check the layer range")
-    return Block(first, last, inside, reads, outs)
+    return Block(first, last, inside, reads, outs, label)
 
 
 def block_model(model: onnx.ModelProto, blk: Block, shapes: dict[str, tuple[list[int], int]]) -> onnx.ModelProto:

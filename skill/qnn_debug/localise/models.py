@@ -87,6 +87,11 @@ class BlockCheck(BaseModel):
     bad: bool
     worst: ProbeTensor | None = None
     seconds: float = 0.0
+    # ops outside the layers (rotary tables, deepstack adds, mergers) are judged as segments of their own:
+    # ``label`` says where they sit ("outside the layers, before layer 0"); empty for a block of layers
+    label: str = ""
+    missing: list[str] = Field(default_factory=list)  # reference results here that the target graph never computes
+    not_judged: str = ""  # why the target could not run this segment (ops outside the layers only)
 
 
 class BlockFirstFailing(BaseModel):
@@ -103,11 +108,16 @@ class BlockResult(BaseModel):
     method: Literal["block"] = "block"
     out: str
     model: str
+    # which graph was localised: "vision encoder" (a VL export's visual.onnx: patches in, /blocks.N/),
+    # "decoder" (llm.onnx: /layers.N/), "decoder (M-RoPE)" (3-row position ids), or "layered model"
+    graph: str = "decoder"
     blocks: list[BlockCheck] = Field(default_factory=list)
     first_failing_block: BlockCheck | None = None
     first_failing: BlockFirstFailing | None = None
     block_verdict: str | None = None  # the block diagnosis's verdict kind (real_bug, precision, ...)
     block_diagnosis: str | None = None  # its output directory
+    block_pattern: str | None = None  # the block diagnosis's pattern (rotary_layout, zero_input, ...)
+    block_finding: str | None = None  # the block diagnosis's verdict sentence
     verdict: Literal["real_bug", "precision", "ok"]
     summary: str
     fp16_range: RangeFinding | None = None

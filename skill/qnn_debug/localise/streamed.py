@@ -26,8 +26,9 @@ from ..errors import BadInputError
 from ..progress import Progress
 from .bisect import RangeFinding, first_out_of_range
 from .budget import block_cost, check_main, default_budget, plan_groups
-from .cut import Block, block, block_model, decoder_layers
+from .cut import Block, block, block_model, decoder_layers, positions_block
 from .external import LazyModel, materialise, open_lazy, run_cpu, weight_bytes
+from .segments import chain
 from .side_by_side import Feeders, side_by_side
 
 
@@ -47,6 +48,12 @@ class StreamedCut:
     fp16_range: RangeFinding | None
     op_types: dict[str, str]
     timings: dict[str, float] = field(default_factory=dict)
+    missing: list[list[str]] = field(default_factory=list)  # per segment: reference outputs the target never makes
+
+    @property
+    def sent(self) -> list[int]:
+        """The segments the target runs: those with at least one output the target makes too."""
+        return [k for k, outs in enumerate(self.outs_per_block) if outs and self.tgt_blocks[k].positions]
 
 
 def _elem(value: Any, known: int | None) -> int:
@@ -55,49 +62,9 @@ def _elem(value: Any, known: int | None) -> int:
     return known or int(helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype))
 
 
-def _segments(model: onnx.ModelProto, blocks: list[Block]) -> tuple[Block | None, Block | None]:
-    """The ops outside every block: those before the layers (nothing a block makes reaches them) and the rest."""
-    from ..onnx_graph import initializer_names, nodes_in_order
-
-    nodes = nodes_in_order(model)
-    members = {p for b in blocks for p in b.positions}
-    made_by_blocks = {o for p in members for o in nodes[p].outputs}
-    tainted = set(made_by_blocks)
-    before, after = [], []
-    for n in nodes:
-        if n.position in members:
-            continue
-        if any(i in tainted for i in n.inputs):
-            after.append(n.position)
-            tainted.update(n.outputs)
-        else:
-            before.append(n.position)
-    block_reads = {i for b in blocks for i in b.inputs}
-    late = {o for p in after for o in nodes[p].outputs} & block_reads
-    if late:
-        raise BadInputError(f"a decoder block reads {sorted(late)[0]!r}, made outside the layers after an earlier layer",
-                            hint="the layers are not a chain of blocks; use `qnn-debug bisect` on this model")
-    inits = initializer_names(model)
-    const_out = {o for n in nodes if n.op_type == "Constant" for o in n.outputs}
-    graph_outputs = {o.name for o in model.graph.output}
-
-    def seg(positions: list[int], later_reads: set[str]) -> Block | None:
-        if not positions:
-            return None
-        made = {o for p in positions for o in nodes[p].outputs}
-        reads = list(dict.fromkeys(i for p in positions for i in nodes[p].inputs
-                                   if i and i not in made and i not in inits and i not in const_out))
-        outs = [o for p in positions for o in nodes[p].outputs if o in later_reads or o in graph_outputs]
-        return Block(-1, -1, positions, reads, outs) if outs else None
-
-    after_reads = {i for p in after for i in nodes[p].inputs}
-    return seg(before, block_reads | after_reads), seg(after, set())
-
-
 def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
     """Open both models without weights, cut them into blocks, and run the reference segment by segment."""
-    from ..inputs import prepare_inputs
-    from ..onnx_graph import graph_inputs, tensor_elem_types
+    from ..onnx_graph import tensor_elem_types
     from ..targets.onnx_capture import capture_plan
 
     t0 = time.monotonic()
@@ -107,16 +74,18 @@ def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
     if not layers:
         raise BadInputError("the model's node names carry no decoder layer index (/layers.N/ or /blocks.N/)",
                             hint="block localisation needs an LLM export; use `qnn-debug bisect` for other models")
-    feeds = prepare_inputs(graph_inputs(reference.model), inputs=request.inputs, shapes=request.shapes or None,
-                           seed=request.seed).arrays
+    feeds = vl_or_prepared(reference.model, request)
     spans = [(layers[i], layers[min(i + request.layers_per_block, len(layers)) - 1])
              for i in range(0, len(layers), request.layers_per_block)]
-    ref_blocks = [block(reference.model, a, b) for a, b in spans]
-    tgt_blocks = [block(target.model, a, b) for a, b in spans] if target is not reference else ref_blocks
+    ref_layers = [block(reference.model, a, b) for a, b in spans]
+    tgt_layers = [block(target.model, a, b) for a, b in spans] if target is not reference else ref_layers
     plan = [p for p in capture_plan(reference.model) if p.kind != "input"]
     types = tensor_elem_types(reference.model)
-    prologue, epilogue = _segments(reference.model, ref_blocks)
-    segs = [s for s in [prologue, *ref_blocks, epilogue] if s is not None]
+    ref_chain = chain(reference.model, ref_layers)
+    tgt_chain = chain(target.model, tgt_layers) if target is not reference else ref_chain
+    keep = [k for k, seg in enumerate(ref_chain) if seg.positions]
+    ref_blocks, tgt_blocks = [ref_chain[k] for k in keep], [tgt_chain[k] for k in keep]
+    segs = ref_blocks
     check_main([_weights_of(reference.model, s.positions) for s in segs], [_seg_name(s) for s in segs],
                request.max_memory or default_budget())
     timings = {"open_s": round(time.monotonic() - t0, 3)}
@@ -141,16 +110,99 @@ def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
                 shapes[name] = (list(np.asarray(got[name]).shape), _elem(got[name], types.get(name)))
             del got, sub
             advance(message=eta(f"reference {_seg_name(seg)}", k + 1, len(segs), started))
+    _fill_target_reads(reference, target, tgt_blocks, values, shapes, types)
     timings["reference_s"] = round(time.monotonic() - t0, 3)
     target_made = {o for n in target.model.graph.node for o in n.output}
     outs_per_block = [[o for o in rb.outputs if o in target_made] for rb in ref_blocks]
+    # a result the target never makes counts where a block of layers or the graph's caller would read it (the op
+    # dropped from the target); tensors only that op read are its consequence, not another finding
+    wanted = {i for rb in ref_blocks if not rb.label for i in rb.inputs} | {o.name for o in reference.model.graph.output}
+    missing = [[o for o in rb.outputs if o not in target_made and o in wanted] for rb in ref_blocks]
     op_types = {o: n.op_type for n in reference.model.graph.node for o in n.output}
     return StreamedCut(target, reference, ref_blocks, tgt_blocks, [p.name for p in plan], values, types, shapes,
-                       outs_per_block, rng, op_types, timings)
+                       outs_per_block, rng, op_types, timings, missing)
+
+
+def _fill_target_reads(reference: LazyModel, target: LazyModel, tgt_blocks: list[Block], values: dict[str, Any],
+                       shapes: dict[str, tuple[list[int], int]], types: dict[str, int]) -> None:
+    """Values for what a target segment reads that is no boundary of the reference: a tensor inside a reference
+    block (the target's layer stops earlier, an add dropped) gets its CPU reference value; a tensor only the
+    target's graph makes (ops it added outside the layers) gets what the target's graph computes on CPU from the
+    reference values, so the first segment that uses it is where it shows."""
+    need = list(dict.fromkeys(i for tb in tgt_blocks for i in tb.inputs if i not in values))
+    for name in need:
+        if name in values:
+            continue
+        ref_made = {o for n in reference.model.graph.node for o in n.output}
+        lazy = reference if name in ref_made else target
+        sub = _until_known(lazy.model, name, values, shapes)
+        if sub is None:
+            continue
+        got = run_cpu(sub, lazy.base, values, [name])
+        values[name] = got[name]
+        shapes[name] = (list(np.asarray(got[name]).shape), _elem(got[name], types.get(name)))
+
+
+def _until_known(model: onnx.ModelProto, name: str, known: dict[str, Any],
+                 shapes: dict[str, tuple[list[int], int]]) -> onnx.ModelProto | None:
+    """The ops making ``name`` back to tensors in ``known`` (or initializers), as a model fed those tensors."""
+    from ..onnx_graph import nodes_in_order
+
+    nodes = nodes_in_order(model)
+    producer = {o: n.position for n in nodes for o in n.outputs}
+    if name not in producer:
+        return None
+    keep: set[int] = set()
+    stack = [name]
+    while stack:
+        t = stack.pop()
+        p = producer.get(t)
+        if t in known or p is None or p in keep:
+            continue
+        keep.add(p)
+        stack.extend(i for i in nodes[p].inputs if i)
+    seg = positions_block(model, sorted(keep), -1, -1)
+    if any(i not in shapes for i in seg.inputs):
+        return None
+    return block_model(model, Block(-1, -1, seg.positions, seg.inputs, [name]), shapes)
+
+
+def vl_or_prepared(model: onnx.ModelProto, request: Any) -> dict[str, Any]:
+    """The feeds: the user's (npz or test dir), a VL graph's as the runtime builds them, or seeded data."""
+    from ..inputs import prepare_inputs
+    from ..llm.vl_feeds import vl_feeds
+    from ..onnx_graph import graph_inputs
+
+    if request.inputs is None:
+        built = vl_feeds(model, request.shapes or None, getattr(request, "image", None), request.seed)
+        if built is not None:
+            from ..inputs import save_npz
+
+            prepared = prepare_inputs(graph_inputs(model), inputs=save_npz(Path(request.out) / "vl_inputs.npz", built),
+                                      shapes=request.shapes or None, seed=request.seed)
+            return prepared.arrays
+    elif getattr(request, "image", None) is not None:
+        raise BadInputError("give --inputs or --image, not both", hint="keep one of them")
+    return saturate_masks(prepare_inputs(graph_inputs(model), inputs=request.inputs, shapes=request.shapes or None,
+                                         seed=request.seed).arrays)
+
+
+def saturate_masks(feeds: dict[str, Any]) -> dict[str, Any]:
+    """Attention masks below fp16's range raised to -2^15: the HTP saturates them anyway (its fp16 has no inf), and
+    float32's lowest (what exports and runtimes write) makes the fp16 floor of every masked score infinite, which
+    would hide a mask the NPU never received (``qnn_debug.llm.vl_feeds.MASK_MIN``)."""
+    from ..llm.vl_feeds import MASK_MIN
+
+    out = dict(feeds)
+    for name, v in feeds.items():
+        a = np.asarray(v)
+        if "mask" in name.lower() and a.dtype.kind == "f" and a.size and float(a.min()) < -65504.0:
+            out[name] = np.maximum(a, np.asarray(MASK_MIN, a.dtype))
+    return out
 
 
 def _seg_name(seg: Block) -> str:
-    return "the ops outside the layers" if seg.first < 0 else seg.name
+    return seg.name
 
 
 def _weights_of(model: onnx.ModelProto, positions: list[int]) -> int:
@@ -227,21 +279,46 @@ def _batches(model: onnx.ModelProto, pieces: list[list[int]]) -> list[list[int]]
 
 def block_stages(cut: StreamedCut, work: Path, budget: int | None, progress: Progress) -> list[dict[str, Any]]:
     """The blocks grouped within the memory budget, one stage (one simulator session) per group."""
+    sent = cut.sent
     hidden = max((np.asarray(cut.values[b.inputs[0]]).nbytes for b in cut.ref_blocks if b.inputs), default=0)
-    costs = [block_cost(_weights_of(cut.target.model, b.positions), hidden) for b in cut.tgt_blocks]
-    groups = plan_groups(costs, budget or default_budget(), [b.name for b in cut.tgt_blocks])
+    costs = [block_cost(_weights_of(cut.target.model, cut.tgt_blocks[k].positions), hidden) for k in sent]
+    groups = _alone_outside(plan_groups(costs, budget or default_budget(), [cut.tgt_blocks[k].name for k in sent]),
+                            [bool(cut.ref_blocks[k].label) for k in sent])
     all_types = cut.types
     stages = []
     started = time.monotonic()
     with progress.stage("blocks: stages", total=len(groups), message="cutting blocks and their fp16 floors") as advance:
         for g, members in enumerate(groups):
+            ks = [sent[m] for m in members]
             stages.append(stage(work, f"blocks{g:03d}", cut.target, cut.reference,
-                                [cut.tgt_blocks[k].positions for k in members],
-                                [cut.ref_blocks[k].positions for k in members],
-                                [cut.outs_per_block[k] for k in members], cut.shapes, cut.values, cut.op_types,
+                                [cut.tgt_blocks[k].positions for k in ks],
+                                [cut.ref_blocks[k].positions for k in ks],
+                                [cut.outs_per_block[k] for k in ks], cut.shapes, cut.values, cut.op_types,
                                 all_types))
-            advance(message=eta(f"cut {cut.tgt_blocks[members[-1]].name}", g + 1, len(groups), started))
+            # ops outside the layers (a model's head with a dynamic Slice, say) may hold ops the target cannot run:
+            # such a stage is reported as not judged instead of failing the whole localisation
+            stages[-1]["optional"] = all(bool(cut.ref_blocks[k].label) for k in ks)
+            stages[-1]["name"] = cut.tgt_blocks[ks[-1]].name
+            advance(message=eta(f"cut {cut.tgt_blocks[ks[-1]].name}", g + 1, len(groups), started))
     return stages
+
+
+def _alone_outside(groups: list[list[int]], outside: list[bool]) -> list[list[int]]:
+    """The groups with every segment of ops outside the layers split off into a group of its own."""
+    out: list[list[int]] = []
+    for g in groups:
+        run: list[int] = []
+        for i in g:
+            if outside[i]:
+                if run:
+                    out.append(run)
+                    run = []
+                out.append([i])
+            else:
+                run.append(i)
+        if run:
+            out.append(run)
+    return out
 
 
 def _only(t: onnx.TensorProto) -> onnx.ModelProto:
@@ -256,8 +333,8 @@ def save_values(cut: StreamedCut, work: Path) -> dict[str, Any]:
     np.savez(work / "reference_values.npz", **{keys[n]: np.asarray(v) for n, v in cut.values.items()})  # type: ignore[arg-type]
     return {"streamed": True, "work": str(work), "target": str(cut.target.path), "reference": str(cut.reference.path),
             "values": str(work / "reference_values.npz"), "keys": keys, "types": cut.types, "judged": cut.judged,
-            "blocks": [tb.positions for tb in cut.tgt_blocks],
-            "spans": [[rb.first, rb.last] for rb in cut.ref_blocks]}
+            "blocks": [cut.tgt_blocks[k].positions for k in cut.sent],
+            "ref_blocks": [cut.ref_blocks[k].positions for k in cut.sent]}
 
 
 def ops_stage(job: dict[str, Any], k: int) -> dict[str, Any] | None:
@@ -269,8 +346,7 @@ def ops_stage(job: dict[str, Any], k: int) -> dict[str, Any] | None:
     values: dict[str, Any] = {n: stored[key] for n, key in job["keys"].items()}
     types = {n: int(t) for n, t in job["types"].items()}
     shapes = {n: (list(v.shape), _elem(v, types.get(n))) for n, v in values.items()}
-    first, last = job["spans"][k]
-    rb = block(reference.model, first, last)
+    rb = positions_block(reference.model, job["ref_blocks"][k], -1, -1)
     judged = set(job["judged"])
     from ..onnx_graph import nodes_in_order
 
@@ -295,18 +371,32 @@ def ops_stage(job: dict[str, Any], k: int) -> dict[str, Any] | None:
                  op_types, types)
 
 
+def _position_ids(cut: StreamedCut) -> list[str]:
+    """Multi-row integer position inputs ([2|3, S]: 2-D vision rotary, M-RoPE): a saved block declares them even
+    when it only reads the rotary tables made from them, so its diagnosis can rebuild the tables' other layouts."""
+    out = []
+    for spec in cut.reference.model.graph.input:
+        v = cut.values.get(spec.name)
+        if v is not None and np.asarray(v).dtype.kind in "iu" and np.asarray(v).ndim == 2 and np.asarray(v).shape[0] in (2, 3):
+            out.append(spec.name)
+    return out
+
+
 def save_block(cut: StreamedCut, work: Path, stem: str, k: int) -> None:
     """The failing block as standalone graphs with its weights (one block's worth), and its reference inputs."""
     from ..inputs import save_npz
 
     tb, rb, outs = cut.tgt_blocks[k], cut.ref_blocks[k], cut.outs_per_block[k]
+    # both declare what either reads (a target block that lost an input, a mask it never reads, still takes it), so
+    # one inputs file feeds the baseline of the reference block and the target's run
+    both = list(dict.fromkeys([*rb.inputs, *tb.inputs, *_position_ids(cut)]))
     for lazy, b, suffix in ((cut.target, tb, ""), (cut.reference, rb, "_reference")):
-        model = materialise(block_model(lazy.model, Block(b.first, b.last, b.positions, b.inputs, outs), cut.shapes),
+        model = materialise(block_model(lazy.model, Block(b.first, b.last, b.positions, both, outs), cut.shapes),
                             lazy.base)
         onnx.save(model, str(work / f"{stem}{suffix}.onnx"))
         del model
-    save_npz(work / f"{stem}_inputs.npz", {n: np.asarray(cut.values[n]) for n in tb.inputs})
-    save_npz(work / f"{stem}_reference_inputs.npz", {n: np.asarray(cut.values[n]) for n in rb.inputs})
+    save_npz(work / f"{stem}_inputs.npz", {n: np.asarray(cut.values[n]) for n in both})
+    save_npz(work / f"{stem}_reference_inputs.npz", {n: np.asarray(cut.values[n]) for n in both})
 
 
 def simulate(request: Any, work: Path, progress: Progress, th: Thresholds,

@@ -109,6 +109,7 @@ def _blocks(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     """Stage 1: every block on the reference hidden state, one session per group of blocks (the groups keep the
     memory budget); stage 2: every op of the first bad block side by side."""
     from ..compare.thresholds import Thresholds
+    from ..errors import QnnDebugError
     from ..localise.streamed import eta
 
     th = Thresholds.model_validate(request.get("thresholds") or {})
@@ -118,9 +119,15 @@ def _blocks(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     with progress.stage("htp-sim: blocks", total=len(stages),
                         message="htp-sim: every block on the reference hidden state") as advance:
         for i, stage in enumerate(stages):
-            answer["blocks"].extend(_judge_pieces(stage, request, th))
-            last = stage["pieces"][-1]["op"].split("/")[1] if "/" in stage["pieces"][-1]["op"] else f"group {i + 1}"
-            advance(message=eta(f"htp-sim: {last.replace('layers.', 'layer ')} done", i + 1, len(stages), t0))
+            try:
+                answer["blocks"].extend(_judge_pieces(stage, request, th))
+            except QnnDebugError as e:
+                if not stage.get("optional"):
+                    raise
+                answer["blocks"].extend([] for _ in stage["pieces"])
+                answer.setdefault("not_judged", {}).update({str(len(answer["blocks"]) - 1): e.message})
+            last = stage.get("name") or f"group {i + 1}"
+            advance(message=eta(f"htp-sim: {last} done", i + 1, len(stages), t0))
     answer["blocks_s"] = round(time.monotonic() - t0, 3)
     bad = next((i for i, piece in enumerate(answer["blocks"]) if any(t["status"] == "bad" for t in piece)), None)
     answer["first_bad_block"] = bad
