@@ -57,7 +57,7 @@ def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
         checks.append(BlockCheck(first=tb.first, last=tb.last, inputs=tb.inputs, outputs=outs,
                                  bad=any(t.status == "bad" for t in found), worst=worst))
     result = BlockResult(out=str(out), model=str(request.model), blocks=checks, verdict="ok", summary="",
-                         fp16_range=rng, timings=timings)
+                         fp16_range=rng, timings=timings, warnings=list(response.get("lowered") or []))
     bad = next((c for c in checks if c.bad), None)
     result.first_failing_block = bad
     if bad is not None:

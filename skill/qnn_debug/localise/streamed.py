@@ -13,6 +13,7 @@ its boundary values when it is searched op by op.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,9 +154,14 @@ def _seg_name(seg: Block) -> str:
     return "the ops outside the layers" if seg.first < 0 else seg.name
 
 
+def tensor_sizes(model: onnx.ModelProto) -> dict[str, int]:
+    """Initializer name → its bytes (inside the protobuf or in external data)."""
+    return {t.name: weight_bytes(_only(t)) for t in model.graph.initializer}
+
+
 def _weights_of(model: onnx.ModelProto, positions: list[int]) -> int:
     """Weight bytes the ops at ``positions`` read (inside the protobuf or in external data)."""
-    sizes = {t.name: weight_bytes(_only(t)) for t in model.graph.initializer}
+    sizes = tensor_sizes(model)
     nodes = model.graph.node
     return sum(sizes.get(n, 0) for n in {i for p in positions for i in nodes[p].input})
 
@@ -174,8 +180,10 @@ def stage(work: Path, tag: str, target: LazyModel, reference: LazyModel, pieces:
     reference and fp16-floor values by new name (the floor run ``FLOOR_BATCH`` bytes of weights at a time)."""
     from ..inputs import save_npz
     from ..onnx_graph import fp16_floor
+    from ..targets.sim_lowering import lower_for_simulator
 
     model, maps = side_by_side(target.model, pieces, outs, shapes, tag="p", types=types)
+    lowered = lower_for_simulator(model)  # the simulator refuses ReduceSumSquare; MNN's converter lowers it likewise
     feeds = {i.name: np.asarray(values[i.name]) for i in model.graph.input}
     reference_by_new, floor_by_new = {}, {}
     for batch in _batches(reference.model, ref_pieces):
@@ -203,6 +211,7 @@ def stage(work: Path, tag: str, target: LazyModel, reference: LazyModel, pieces:
     return {"model": str(work / f"{tag}.onnx"), "external_dir": str(target.base),
             "weight_bytes": weight_bytes(model), "feeds": str(work / f"{tag}_feeds.npz"),
             "reference": str(work / f"{tag}_reference.npz"), "floor": str(work / f"{tag}_floor.npz"), "keys": keys,
+            "lowered": lowered,
             "pieces": [{"outputs": mp, "op_types": {o: op_types.get(o) for o in mp},
                         "op": nodes[piece[-1]].name, "op_type": nodes[piece[-1]].op_type, "position": piece[-1]}
                        for mp, piece in zip(maps, pieces, strict=True)]}
@@ -330,4 +339,6 @@ def simulate(request: Any, work: Path, progress: Progress, th: Thresholds,
                                what="HTP simulator block runs")
     timings["htp_sim_s"] = round(time.monotonic() - t0, 3)
     timings.update({f"htp_sim_{k}": v for k, v in response.items() if k.endswith("_s")})
+    notes = [w for st in [*stages, response.get("ops_stage") or {}] for w in st.get("lowered", [])]
+    response["lowered"] = list(dict.fromkeys(re.sub(r"@p\d+", "", n) for n in notes))  # one note per model node
     return cut, response, timings
