@@ -43,7 +43,7 @@ WIDTHS: dict[str, dict[str, Any]] = {
     "1.7b": {"hidden": 2048, "heads": 16, "kv_heads": 8, "head_dim": 128, "intermediate": 6144, "vocab": 151936,
              "layers": 8},
 }
-BUDGETS = {"0.6b": 3 * GIB, "1.7b": 7 * GIB // 2}
+BUDGETS = {"0.6b": 3 * GIB, "1.7b": 4 * GIB}
 OVERHEAD_TARGET = 0.5
 RSS_TARGET = 4 * GIB
 
@@ -101,8 +101,9 @@ def child(args: argparse.Namespace) -> None:
             sim = sum(json.loads(run_json.read_text(encoding="utf-8"))["extra"].get("simulator_s", {}).values())
         bis = d.fallback.bisect if d.fallback is not None else None
         if bis is not None:
-            sim = float(bis.timings.get("htp_sim_pieces_s", 0.0))
+            sim += float(bis.timings.get("htp_sim_pieces_s", 0.0))
             ff = bis.first_failing
+            rng = {"op": bis.fp16_range.op} if bis.fp16_range else {}
         op = ff.op if ff is not None else None
         doc = {"timings": d.timings, "method": d.method,
                "verdict": f"{c.verdict.kind}/{c.verdict.pattern}" if c is not None else (bis.verdict if bis else None),
@@ -214,7 +215,7 @@ def main() -> None:
     ap.add_argument("--tool", choices=["blocks", "diagnose", "bisect"], help=argparse.SUPPRESS)
     ap.add_argument("--cache", type=Path, default=HERE / ".cache")
     ap.add_argument("--max-memory", type=int, default=None,
-                    help="per-process budget in bytes (default 3 GiB at 0.6B width, 3.5 GiB at 1.7B: its 1.2 GB head "
+                    help="per-process budget in bytes (default 3 GiB at 0.6B width, 4 GiB at 1.7B: its 1.2 GB head "
                          "runs alone in a simulator session in diagnose and bisect)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

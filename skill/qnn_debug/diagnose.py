@@ -135,9 +135,12 @@ def _diagnose_streamed(model: Path, base_model: Path, out_dir: Path, inputs: Pat
     stream_baseline(base_model, out_dir / BASELINE_DIR, inputs=inputs, shapes=shapes, seed=seed, budget=budget,
                     force=force, progress=progress)
     timings["baseline_s"] = round(time.monotonic() - t0, 3)
+    from .localise.budget import GIB, PROCESS_BASE, SIM_FACTOR
+
     weights = weight_bytes(open_lazy(model).model)
-    reason = (f"the model's {weights / (1 << 30):.2f} GiB of weights do not fit one simulator session within the "
-              f"memory budget of {budget / (1 << 30):.1f} GiB, so it runs piece by piece")
+    reason = (f"one simulator session of the whole model ({weights / GIB:.2f} GiB of weights) needs about "
+              f"{(PROCESS_BASE + SIM_FACTOR * weights) / GIB:.1f} GiB, over the memory budget of {budget / GIB:.2f} "
+              "GiB, so it runs piece by piece")
     t0 = time.monotonic()
     result, report = fb.localise_without_full_dump(model, base_model, out_dir, out_dir / BASELINE_DIR, inputs, reason,
                                                    soc_model=soc_model, htp_arch=htp_arch, options=options,

@@ -335,7 +335,7 @@ def _chunked_chain(request: dict[str, Any], progress: Progress) -> dict[str, Any
     outputs: list[str] = request["outputs"]
     plan = [PlannedTensor(*p) for p in request["plan"]]
     t0 = time.monotonic()
-    plain = _Chain(request, feeds, request["pieces"])
+    plain = _Chain(request, feeds, request["units"])  # the marked chain's boundaries: only the marking differs
     with progress.stage("htp-sim: unmarked", total=len(plain.pieces),
                         message="htp-sim: the unmarked model, piece by piece") as advance:
         for k in range(len(plain.pieces)):
