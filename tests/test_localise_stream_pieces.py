@@ -152,3 +152,24 @@ def test_bisect_and_localise_blocks_lower_reduce_sum_square_for_the_simulator(tm
     assert blk.first_failing is not None and blk.first_failing.op == "/layers.1/mlp/MatMul"
     assert [w.split("'")[1] for w in blk.warnings if "ReduceSumSquare" in w] == [
         "/layers.0/norm/ReduceSumSquare", "/layers.1/norm/ReduceSumSquare"], blk.warnings
+
+
+@pytest.mark.parametrize("big", [64 << 20, 0])
+def test_the_streamed_baseline_equals_the_whole_model_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               big: int) -> None:
+    """Reference and fp16 floor written unit by unit hold what the one-session baseline holds; ``big=0`` rounds every
+    weight chunk by chunk and hands it to ONNX Runtime in place, as the LM head of a real-size model is."""
+    from qnn_debug.localise import stream_baseline as sb
+    from qnn_debug.runstore import load_run
+
+    monkeypatch.setattr(sb, "BIG_WEIGHT", big)
+    d = build_sized_decoder(tmp_path / "m", SMALL, seq=8)
+    whole = api.execute("baseline", {"model": d.clean, "inputs": d.inputs, "out": str(tmp_path / "whole"),
+                                     "mnn_gate": False})
+    sb.stream_baseline(Path(d.clean), tmp_path / "streamed", inputs=Path(d.inputs), shapes=None, seed=0,
+                       budget=PROCESS_BASE + (64 << 20))
+    for sub in ("reference", "fp16_floor"):
+        a, b = load_run(Path(whole.out) / sub), load_run(tmp_path / "streamed" / sub)
+        assert [t.name for t in a.tensors] == [t.name for t in b.tensors]
+        for t in a.tensors:
+            np.testing.assert_allclose(b.array(t.name), a.array(t.name), rtol=1e-5, atol=1e-5, err_msg=t.name)
