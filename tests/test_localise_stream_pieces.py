@@ -32,7 +32,7 @@ WIDER = Qwen3Sizes(layers=4, hidden=256, heads=8, kv_heads=4, head_dim=48, inter
 
 def _piece_budget(model: str, seq: int, hidden: int) -> int:
     """Room for the heaviest unit (a layer, or the ops outside the layers) but not for the whole model."""
-    from qnn_debug.localise.streamed import tensor_sizes
+    from qnn_debug.localise.external import tensor_sizes
 
     lazy = open_lazy(model)
     sizes = tensor_sizes(lazy.model)

@@ -86,6 +86,17 @@ def weight_bytes(model: onnx.ModelProto) -> int:
     return total
 
 
+def tensor_sizes(model: onnx.ModelProto) -> dict[str, int]:
+    """Initializer name → its bytes (inside the protobuf or in external data)."""
+    sizes = {}
+    for t in model.graph.initializer:
+        if _is_external(t):
+            sizes[t.name] = _info(t)[2]
+        else:
+            sizes[t.name] = len(t.raw_data) or int(np.prod(t.dims, dtype=np.int64)) * 4
+    return sizes
+
+
 def materialise(model: onnx.ModelProto, base: Path) -> onnx.ModelProto:
     """A copy of ``model`` (a cut-out block: small) with its external weights read into the protobuf."""
     m = copy.deepcopy(model)

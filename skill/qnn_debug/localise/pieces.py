@@ -22,7 +22,7 @@ import onnx
 from ..errors import BadInputError
 from .budget import PROCESS_BASE, SIM_FACTOR, block_cost, check_main, plan_groups
 from .cut import Block, block_model, layer_of
-from .external import LazyModel, weight_bytes
+from .external import LazyModel, tensor_sizes, weight_bytes
 
 
 @dataclass
@@ -102,8 +102,6 @@ def plan_chain(model: onnx.ModelProto, budget: int, hidden_bytes: int, chunk: in
     """Units (layers) grouped into pieces whose simulator sessions fit ``budget``; a unit that cannot fit alone is
     a :class:`~qnn_debug.errors.MemoryBudgetError` (from :func:`.budget.plan_groups`); the CPU reference of the
     heaviest unit is checked against the budget too (:func:`.budget.check_main`)."""
-    from .streamed import tensor_sizes
-
     last_use, consts, inits = uses(model)
     positions = plan_units(model, chunk)
     units = [span(model, u, last_use, consts, inits) for u in positions]

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..baseline import BaselineReport, GateReport, finish_baseline, prepare_baseline_dir
-from ..progress import NULL_PROGRESS, Progress
+from ..progress import NULL_PROGRESS, Progress, eta
 from ..runstore import FLOOR_DIR, INPUTS_FILE, REFERENCE_DIR, RunRecord, RunWriter, sha256_file
 from .external import LazyModel, open_lazy, run_cpu
 from .pieces import Chain, plan_chain, shape_of, unit_name
@@ -88,7 +88,6 @@ def stream_baseline(model: Path, out: Path, *, inputs: Path | None, shapes: dict
     floor_values: dict[str, Any] = dict(rounded)
     started = time.monotonic()
     from .cut import block_model
-    from .streamed import eta
 
     with progress.stage("reference: units", total=len(chain.units),
                         message="CPU reference and fp16 floor, one unit at a time") as advance:

@@ -24,11 +24,11 @@ import onnx
 
 from ..compare.thresholds import Thresholds
 from ..errors import BadInputError
-from ..progress import Progress
+from ..progress import Progress, eta
 from .bisect import RangeFinding, first_out_of_range
 from .budget import block_cost, check_main, default_budget, plan_groups
 from .cut import Block, block, block_model, decoder_layers
-from .external import LazyModel, materialise, open_lazy, run_cpu, weight_bytes
+from .external import LazyModel, materialise, open_lazy, run_cpu, tensor_sizes, weight_bytes
 from .side_by_side import Feeders, side_by_side
 
 
@@ -154,23 +154,11 @@ def _seg_name(seg: Block) -> str:
     return "the ops outside the layers" if seg.first < 0 else seg.name
 
 
-def tensor_sizes(model: onnx.ModelProto) -> dict[str, int]:
-    """Initializer name → its bytes (inside the protobuf or in external data)."""
-    return {t.name: weight_bytes(_only(t)) for t in model.graph.initializer}
-
-
 def _weights_of(model: onnx.ModelProto, positions: list[int]) -> int:
     """Weight bytes the ops at ``positions`` read (inside the protobuf or in external data)."""
     sizes = tensor_sizes(model)
     nodes = model.graph.node
     return sum(sizes.get(n, 0) for n in {i for p in positions for i in nodes[p].input})
-
-
-def eta(what: str, done: int, total: int, started: float) -> str:
-    """``what`` (done/total), elapsed and estimated remaining time: the progress line at LLM size."""
-    spent = time.monotonic() - started
-    left = spent / done * (total - done) if done else 0.0
-    return f"{what} ({done}/{total}), {spent:.0f} s elapsed, ~{left:.0f} s left"
 
 
 def stage(work: Path, tag: str, target: LazyModel, reference: LazyModel, pieces: list[list[int]],
@@ -251,12 +239,6 @@ def block_stages(cut: StreamedCut, work: Path, budget: int | None, progress: Pro
                                 all_types))
             advance(message=eta(f"cut {cut.tgt_blocks[members[-1]].name}", g + 1, len(groups), started))
     return stages
-
-
-def _only(t: onnx.TensorProto) -> onnx.ModelProto:
-    m = onnx.ModelProto()
-    m.graph.initializer.append(t)
-    return m
 
 
 def save_values(cut: StreamedCut, work: Path) -> dict[str, Any]:

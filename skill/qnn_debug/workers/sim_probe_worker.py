@@ -191,7 +191,7 @@ def _blocks(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     """Stage 1: every block on the reference hidden state, one session per group of blocks (the groups keep the
     memory budget); stage 2: every op of the first bad block side by side."""
     from ..compare.thresholds import Thresholds
-    from ..localise.streamed import eta
+    from ..progress import eta
 
     th = Thresholds.model_validate(request.get("thresholds") or {})
     answer: dict[str, Any] = {"blocks": []}
