@@ -10,15 +10,16 @@ cache folder (``bench/.cache``, gitignored). Two faulty copies share the clean c
 - ``spike``: two residual channels at 400 on token 0 in layer 1 (fp16 range, not a bug): expected
   ``fp16_range`` at ``/layers.2/input_layernorm/Pow``.
 
-Each case runs ``qnn_debug.localise.blocks.run_blocks`` (what ``qnn-debug localise-blocks --inner none``
-runs) in a fresh child process; the peak RSS of that process (the tool's main process) and of every
-process below it (the simulator worker) is read from ``/proc/PID/status`` (VmHWM) while they run. Printed per case: wall time, the
-simulator's own time (sessions + runs of the block stages and the op stage, measured in the worker), the
-tool's overhead (wall - simulator) and its ratio to the simulator time (target <= 0.5), peak RSS per
-process and its ratio to the weight bytes (target <= 4 GiB at 1.7B width), and whether block and op are right.
-
-Not measured here (left undone): ``diagnose`` with chunked marking and ``bisect`` at this size — they still
-load whole models, and running them at full size would need more memory than this benchmark allows.
+Each case runs one tool in a fresh child process: ``localise-blocks --inner none``
+(``qnn_debug.localise.blocks.run_blocks``), ``diagnose`` (``qnn_debug.diagnose.diagnose``: at this size its
+baseline is built piece by piece and the model is marked in chunks, piece by piece) and ``bisect``
+(``qnn_debug.localise.bisect.run_bisect``: the cuts run as a chain of pieces), all with ``--max-memory``.
+The peak RSS of that process (the tool's main process) and of every process below it (the simulator
+worker) is read from ``/proc/PID/status`` (VmHWM) while they run. Printed per case: wall time, the
+simulator's own time (sessions and runs in the worker: block and op stages; the unmarked and the marked
+chain; the probes' pieces), the tool's overhead (wall - simulator) and its ratio to the simulator time
+(target <= 0.5), peak RSS per process and its ratio to the weight bytes (target <= 4 GiB at 1.7B width),
+and whether block and op are right.
 
 Run: ``python bench/llm_scale.py [--width 0.6b|1.7b] [--layers N] [--faults rotary,spike] [--json]``.
 """
@@ -42,6 +43,7 @@ WIDTHS: dict[str, dict[str, Any]] = {
     "1.7b": {"hidden": 2048, "heads": 16, "kv_heads": 8, "head_dim": 128, "intermediate": 6144, "vocab": 151936,
              "layers": 8},
 }
+BUDGETS = {"0.6b": 3 * GIB, "1.7b": 4 * GIB}
 OVERHEAD_TARGET = 0.5
 RSS_TARGET = 4 * GIB
 
@@ -69,17 +71,56 @@ def build(cache: Path, width: str, layers: int, seq: int) -> dict[str, Any]:
 
 
 def child(args: argparse.Namespace) -> None:
-    """One localise-blocks run in this process; prints its result, timings and the peak RSS figures."""
-    from qnn_debug.localise.blocks import BlockRequest, run_blocks
+    """One tool's run in this process; prints its result, its timings and the simulator's own time."""
+    from qnn_debug.localise.cut import layer_of
 
     t0 = time.perf_counter()
-    r = run_blocks(BlockRequest(model=Path(args.model), reference_model=Path(args.reference), inputs=Path(args.inputs),
-                                out=Path(args.out), force=True, max_memory=args.max_memory))
-    wall = time.perf_counter() - t0
-    bad = r.first_failing_block
-    print(json.dumps({"wall_s": wall, "timings": r.timings, "verdict": r.verdict,
-                      "block": None if bad is None else bad.first, "op": r.first_failing.op if r.first_failing else None,
-                      "range_op": r.fp16_range.op if r.fp16_range else None}))
+    model, reference, inputs, out = Path(args.model), Path(args.reference), Path(args.inputs), Path(args.out)
+    doc: dict[str, Any]
+    if args.tool == "blocks":
+        from qnn_debug.localise.blocks import BlockRequest, run_blocks
+
+        r = run_blocks(BlockRequest(model=model, reference_model=reference, inputs=inputs, out=out, force=True,
+                                    inner="none", max_memory=args.max_memory))
+        bad = r.first_failing_block
+        t = r.timings
+        doc = {"timings": t, "verdict": r.verdict, "block": None if bad is None else bad.first,
+               "op": r.first_failing.op if r.first_failing else None,
+               "range_op": r.fp16_range.op if r.fp16_range else None,
+               "simulator_s": float(t.get("htp_sim_blocks_s", 0.0)) + float(t.get("htp_sim_ops_s", 0.0))}
+    elif args.tool == "diagnose":
+        from qnn_debug.diagnose import diagnose
+
+        d = diagnose(model, out, inputs=inputs, reference_model=reference, force=True, max_memory=args.max_memory)
+        c = d.compare
+        ff = c.first_failing if c is not None else None
+        rng = (c.verdict.evidence.get("fp16_range") or {}) if c is not None else {}
+        sim = 0.0
+        run_json = Path(d.target_run) / "run.json"
+        if run_json.is_file():
+            sim = sum(json.loads(run_json.read_text(encoding="utf-8"))["extra"].get("simulator_s", {}).values())
+        bis = d.fallback.bisect if d.fallback is not None else None
+        if bis is not None:
+            sim += float(bis.timings.get("htp_sim_pieces_s", 0.0))
+            ff = bis.first_failing
+            rng = {"op": bis.fp16_range.op} if bis.fp16_range else {}
+        op = ff.op if ff is not None else None
+        doc = {"timings": d.timings, "method": d.method,
+               "verdict": f"{c.verdict.kind}/{c.verdict.pattern}" if c is not None else (bis.verdict if bis else None),
+               "op": op, "block": layer_of(op or ""), "simulator_s": sim,
+               "range_op": rng.get("op") if isinstance(rng, dict) else None,
+               "summary": (c.verdict.summary if c is not None else bis.summary if bis else "")[:600]}
+    else:
+        from qnn_debug.localise.bisect import BisectRequest, run_bisect
+
+        b = run_bisect(BisectRequest(model=model, reference_model=reference, inputs=inputs, out=out, force=True,
+                                     max_memory=args.max_memory))
+        op = b.first_failing.op if b.first_failing else None
+        doc = {"timings": b.timings, "verdict": b.verdict, "op": op, "block": layer_of(op or ""),
+               "range_op": b.fp16_range.op if b.fp16_range else None, "probes": len(b.probes),
+               "simulator_s": float(b.timings.get("htp_sim_pieces_s", 0.0))}
+    doc["wall_s"] = time.perf_counter() - t0
+    print(json.dumps(doc))
 
 
 def _status(pid: int) -> tuple[int, int] | None:
@@ -121,35 +162,38 @@ def watch_peaks(proc: subprocess.Popen[str]) -> dict[int, tuple[int, str]]:
     return peaks
 
 
-def run_case(decoder: dict[str, Any], fault: str, out: Path, max_memory: int | None) -> dict[str, Any]:
+def run_case(decoder: dict[str, Any], tool: str, fault: str, out: Path, max_memory: int | None) -> dict[str, Any]:
     layers = decoder["sizes"]["layers"]
     model = decoder["faulty"][fault]
     reference = decoder["clean"] if fault == "rotary" else model  # the spike is in the export itself
-    cmd = [sys.executable, __file__, "--child", "--model", model, "--reference", reference, "--inputs",
-           decoder["inputs"], "--out", str(out / fault)]
+    name = f"{tool}-{fault}"
+    cmd = [sys.executable, __file__, "--child", "--tool", tool, "--model", model, "--reference", reference,
+           "--inputs", decoder["inputs"], "--out", str(out / name)]
     if max_memory:
         cmd += ["--max-memory", str(max_memory)]
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    log_out, log_err = out / f"{fault}.stdout", out / f"{fault}.stderr"
+    log_out, log_err = out / f"{name}.stdout", out / f"{name}.stderr"
     with log_out.open("w") as fo, log_err.open("w") as fe, subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True) as proc:
         peaks = watch_peaks(proc)
     stdout, stderr = log_out.read_text(), log_err.read_text()
     total = time.perf_counter() - t0
     if proc.returncode:
-        raise SystemExit(f"{fault}: the run failed:\n{stderr[-3000:]}")
+        return {"tool": tool, "fault": fault, "right": False, "meets": False, "error": stderr[-2000:]}
     doc = json.loads(stdout.strip().splitlines()[-1])
     doc["main_rss"] = peaks.get(proc.pid, (0, ""))[0]
     doc["worker_rss"] = max((v for pid, (v, _) in peaks.items() if pid != proc.pid), default=0)
     t = doc["timings"]
-    sim = float(t.get("htp_sim_blocks_s", 0.0)) + float(t.get("htp_sim_ops_s", 0.0))
+    sim = float(doc["simulator_s"])
     overhead = doc["wall_s"] - sim
     if fault == "rotary":
         right = doc["block"] == layers - 2 and doc["op"] == f"/layers.{layers - 2}/self_attn/rotary_q/Concat"
     else:
-        right = doc["range_op"] == "/layers.2/input_layernorm/Pow"
+        right = (doc["range_op"] == "/layers.2/input_layernorm/Pow"
+                 or (tool == "diagnose" and doc["op"] == "/layers.2/input_layernorm/Pow"))
     weights = decoder["weight_bytes"]
-    return {"fault": fault, "right": right, "verdict": doc["verdict"], "block": doc["block"], "op": doc["op"],
+    return {"tool": tool, "fault": fault, "right": right, "verdict": doc["verdict"], "block": doc["block"],
+            "op": doc["op"], "method": doc.get("method"), "summary": doc.get("summary"),
             "fp16_range_op": doc["range_op"], "wall_s": round(doc["wall_s"], 1), "process_s": round(total, 1),
             "simulator_s": round(sim, 1), "overhead_s": round(overhead, 1),
             "overhead_ratio": round(overhead / sim, 3) if sim else None,
@@ -167,8 +211,12 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=None)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--faults", default="rotary,spike")
+    ap.add_argument("--tools", default="blocks,diagnose,bisect", help="any of blocks, diagnose, bisect")
+    ap.add_argument("--tool", choices=["blocks", "diagnose", "bisect"], help=argparse.SUPPRESS)
     ap.add_argument("--cache", type=Path, default=HERE / ".cache")
-    ap.add_argument("--max-memory", type=int, default=3 * GIB, help="per-process budget in bytes (default 3 GiB)")
+    ap.add_argument("--max-memory", type=int, default=None,
+                    help="per-process budget in bytes (default 3 GiB at 0.6B width, 4 GiB at 1.7B: its 1.2 GB head "
+                         "runs alone in a simulator session in diagnose and bisect)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     for name in ("model", "reference", "inputs", "out"):
@@ -180,8 +228,13 @@ def main() -> None:
     layers = args.layers or WIDTHS[args.width]["layers"]
     args.cache.mkdir(parents=True, exist_ok=True)
     decoder = build(args.cache, args.width, layers, args.seq)
+    args.max_memory = args.max_memory or BUDGETS[args.width]
     out = args.cache / "runs" / f"{args.width}-L{layers}"
-    cases = [run_case(decoder, f, out, args.max_memory) for f in args.faults.split(",") if f]
+    cases = []
+    for tool in [t for t in args.tools.split(",") if t]:
+        for fault in [f for f in args.faults.split(",") if f]:
+            cases.append(run_case(decoder, tool, fault, out, args.max_memory))
+            print(json.dumps(cases[-1]), file=sys.stderr, flush=True)
     report = {"width": args.width, "layers": layers, "seq": args.seq, "weight_gib": round(decoder["weight_bytes"] / GIB, 2),
               "build_s": decoder.get("build_s"), "cases": cases, "meets_targets": all(c["meets"] for c in cases)}
     if args.json:
@@ -190,8 +243,11 @@ def main() -> None:
     print(f"{args.width} width, {layers} layers, prefill {args.seq}: {report['weight_gib']} GiB of fp32 weights "
           f"(built in {report['build_s']} s, cached)")
     for c in cases:
-        print(f"  {c['fault']:<7} {'right' if c['right'] else 'WRONG'} block {c['block']} op {c['op']} "
-              f"range {c['fp16_range_op']}")
+        if "error" in c:
+            print(f"  {c['tool']:<8} {c['fault']:<7} FAILED: {c['error'].splitlines()[-1] if c['error'] else ''}")
+            continue
+        print(f"  {c['tool']:<8} {c['fault']:<7} {'right' if c['right'] else 'WRONG'} block {c['block']} op {c['op']} "
+              f"range {c['fp16_range_op']} ({c['verdict']})")
         print(f"          wall {c['wall_s']} s, simulator {c['simulator_s']} s, overhead {c['overhead_s']} s "
               f"= {c['overhead_ratio']}x the simulator (target <= {OVERHEAD_TARGET})")
         print(f"          peak RSS main {c['main_rss_gib']} GiB ({c['main_rss_per_weight']}x weights), "

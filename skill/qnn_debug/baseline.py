@@ -117,6 +117,17 @@ def run_baseline(model: str | os.PathLike[str], out: str | os.PathLike[str], *, 
             _gate_user_mnn(report, user_mnn, out_dir, progress)
     else:
         report = _mnn_baseline(path, out_dir, inputs, shapes, seed, progress)
+    return finish_baseline(out_dir, report, progress)
+
+
+def prepare_baseline_dir(out: Path, force: bool) -> Path:
+    """``out`` claimed for a baseline: empty, or (with ``force``) a previous baseline's, cleared."""
+    return _prepare_dir(out, force)
+
+
+def finish_baseline(out_dir: Path, report: BaselineReport, progress: Progress = NULL_PROGRESS) -> BaselineResult:
+    """The fp16-range report, ``baseline.json`` written last, the folder released: a baseline's last step, also
+    for one whose runs were written piece by piece (``qnn_debug.localise.stream_baseline``)."""
     with progress.stage("baseline: fp16 range", total=None, message="baseline: checking the fp16 range of every tensor"):
         report.ranges = range_report(load_run(out_dir / REFERENCE_DIR))
     if not report.ranges.fp16_safe:

@@ -41,13 +41,18 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
              shapes: dict[str, list[int]] | None = None, target: str = DEFAULT_TARGET, precision: Precision = "fp16",
              soc_model: int = DEFAULT_SOC, htp_arch: int | None = None, seed: int = 0, force: bool = False,
              mnn_gate: bool = True, target_options: dict[str, str] | None = None, timeout: float = 1800.0,
-             reference_model: str | os.PathLike[str] | None = None,
+             reference_model: str | os.PathLike[str] | None = None, max_memory: int | None = None,
              mnn_model: str | os.PathLike[str] | None = None,
              progress: Progress = NULL_PROGRESS) -> DiagnoseResult:
     """Diagnose ``model`` on ``target``. ``reference_model`` (default: ``model``) is what the baseline runs:
     pass the original model there and an edited one as ``model`` to diagnose an injected bug. ``mnn_model``
     (targets that run MNN models): the user's own ``.mnn`` of the ONNX ``model`` runs on the target, and the
-    baseline gates it against ONNX Runtime (reference and floor still come from the ONNX)."""
+    baseline gates it against ONNX Runtime (reference and floor still come from the ONNX).
+
+    On a target whose marking is watched (the simulator), a model whose weights are external and do not fit one
+    session within ``max_memory`` (bytes per process; default from the machine) is not dumped whole: its baseline
+    is built piece by piece and it is marked in chunks, piece by piece (:mod:`qnn_debug.localise.stream_baseline`,
+    :mod:`qnn_debug.localise.chunked`)."""
     from .baseline import run_baseline
     from .compare.pipeline import compare_paths
     from .dump import run_dump
@@ -73,6 +78,14 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
                           soc_model=soc_model, htp_arch=htp_arch, inputs=inputs_path, shapes=shapes or {},
                           seed=seed, force=force, timeout=timeout, options=target_options or {})
     timings: dict[str, float] = {}
+    if watch_marking:
+        from .localise.bisect_stream import streams
+        from .localise.budget import default_budget
+
+        budget = max_memory or default_budget()
+        if streams(model_path, budget) or streams(base_model, budget):
+            return _diagnose_streamed(model_path, base_model, out_dir, inputs_path, shapes, seed, budget,
+                                      soc_model, htp_arch, target_options or {}, timeout, force, progress, started)
 
     def timed(name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         t0 = time.monotonic()
@@ -116,6 +129,43 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
                           report_dir=str(out_dir / REPORT_DIR), baseline_trusted=baseline.report.trusted,
                           baseline_sentence=baseline.report.sentence, inputs_note=inputs_note, compare=result, timings=timings,
                           method=report.method if report else "full_dump", fallback=report)
+
+
+def _diagnose_streamed(model: Path, base_model: Path, out_dir: Path, inputs: Path, shapes: dict[str, list[int]] | None,
+                       seed: int, budget: int, soc_model: int, htp_arch: int | None,
+                       options: dict[str, str], timeout: float, force: bool, progress: Progress,
+                       started: float) -> DiagnoseResult:
+    """The baseline piece by piece, then chunked marking piece by piece (bisection if that lies): no process holds
+    more than one piece of the model."""
+    from .baseline import load_baseline
+    from .localise import fallback as fb
+    from .localise.external import open_lazy, weight_bytes
+    from .localise.stream_baseline import stream_baseline
+
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    stream_baseline(base_model, out_dir / BASELINE_DIR, inputs=inputs, shapes=shapes, seed=seed, budget=budget,
+                    force=force, progress=progress)
+    timings["baseline_s"] = round(time.monotonic() - t0, 3)
+    from .localise.budget import GIB, PROCESS_BASE, SIM_FACTOR
+
+    weights = weight_bytes(open_lazy(model).model)
+    reason = (f"one simulator session of the whole model ({weights / GIB:.2f} GiB of weights) needs about "
+              f"{(PROCESS_BASE + SIM_FACTOR * weights) / GIB:.1f} GiB, over the memory budget of {budget / GIB:.2f} "
+              "GiB, so it runs piece by piece")
+    t0 = time.monotonic()
+    result, report = fb.localise_without_full_dump(model, base_model, out_dir, out_dir / BASELINE_DIR, inputs, reason,
+                                                   soc_model=soc_model, htp_arch=htp_arch, options=options,
+                                                   timeout=timeout, force=force, progress=progress, max_memory=budget,
+                                                   streamed=True)
+    timings["fallback_s"] = round(time.monotonic() - t0, 3)
+    timings["total_s"] = round(time.monotonic() - started, 3)
+    baseline = load_baseline(out_dir / BASELINE_DIR)
+    run_dir = out_dir / (fb.CHUNKED_DIR if report.method == "chunked_dump" else fb.BISECT_DIR)
+    return DiagnoseResult(out=str(out_dir), baseline=str(out_dir / BASELINE_DIR), target_run=str(run_dir),
+                          report_dir=str(out_dir / REPORT_DIR), baseline_trusted=baseline.report.trusted,
+                          baseline_sentence=baseline.report.sentence, compare=result, timings=timings,
+                          method=report.method, fallback=report)
 
 
 def _warm_imports() -> None:
@@ -163,7 +213,7 @@ def _input_specs(model: Path) -> list[TensorSpec]:
         return specs
     from .onnx_graph import graph_inputs, load_onnx
 
-    return graph_inputs(load_onnx(model))
+    return graph_inputs(load_onnx(model, load_external_data=False))  # the inputs need no weights
 
 
 def _prepare_out(out: Path, force: bool) -> Path:

@@ -66,3 +66,12 @@ def json_lines_sink(stream: TextIO = sys.stderr) -> ProgressSink:
 
 
 PROGRESS_PREFIX = "@@qnn-debug-progress "
+
+
+def eta(what: str, done: int, total: int, started: float) -> str:
+    """``what`` (done/total), elapsed and estimated remaining time: the progress line at LLM size."""
+    import time
+
+    spent = time.monotonic() - started
+    left = spent / done * (total - done) if done else 0.0
+    return f"{what} ({done}/{total}), {spent:.0f} s elapsed, ~{left:.0f} s left"

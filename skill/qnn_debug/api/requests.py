@@ -145,6 +145,12 @@ ReferenceModel = Annotated[str | None, PathRole("file"), Cli(flag="--reference-m
     "original when MODEL is an edited copy")]
 
 
+MaxMemory = Annotated[str | None, Cli(flag="--max-memory"), Field(
+    max_length=32, pattern=r"^\s*\d+(\.\d+)?\s*[kKmMgGtT]?(i?[bB])?\s*$",
+    description="Peak memory per process on htp-sim, e.g. 6G: a model whose external weights do not fit one "
+                "simulator session within it runs piece by piece (default: a third of the free memory, at most 8G)")]
+
+
 class TargetRun(Request):
     """Fields every run on a QNN target shares (model, target, where the output goes, inputs, SoC)."""
 
@@ -202,6 +208,8 @@ class DiagnoseRequest(TargetRun):
     mnn_model: Annotated[str | None, PathRole("file"), Cli(flag="--mnn-model"), Field(
         default=None, max_length=4096, description="device/host: your own .mnn of this ONNX model runs on the target "
         "instead of one converted here; the baseline gates it against ONNX Runtime")] = None
+    reference_model: ReferenceModel = None
+    max_memory: MaxMemory = None
 
     def default_out(self) -> tuple[str, str] | None:
         return _stem(self.model), f"diagnose-{self.target}"
@@ -258,6 +266,7 @@ class BisectRequest(TargetRun):
     opencl: Annotated[bool, Cli(flag="--opencl"), Field(
         description="device/host: also run OpenCL fp16 as a third opinion")] = False
     mnn_gate: MnnGate = True
+    max_memory: MaxMemory = None
 
     def default_out(self) -> tuple[str, str] | None:
         return _stem(self.model), f"bisect-{self.target}"
@@ -290,10 +299,8 @@ class LocaliseBlocksRequest(TargetRun):
         ge=1, le=64, description="Decoder layers cut out together")] = 1
     inner: Annotated[Literal["diagnose", "bisect", "none"], Cli(flag="--inner"), Field(
         description="Inside the first failing block: diagnose (dump + compare), bisect, or none")] = "diagnose"
-    max_memory: Annotated[str | None, Cli(flag="--max-memory"), Field(
-        max_length=32, pattern=r"^\s*\d+(\.\d+)?\s*[kKmMgGtT]?(i?[bB])?\s*$",
-        description="Peak memory per process on htp-sim, e.g. 6G: blocks share a simulator session only within it "
-                    "(default: a third of the free memory, at most 8G)")] = None
+    max_memory: MaxMemory = Field(None, description="Peak memory per process on htp-sim, e.g. 6G: blocks share a "
+                                  "simulator session only within it (default: a third of the free memory, at most 8G)")
 
     def default_out(self) -> tuple[str, str] | None:
         leaf = "blocks" if self.target == DEFAULT_TARGET else f"blocks-{self.target}"

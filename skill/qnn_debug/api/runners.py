@@ -114,6 +114,7 @@ def diagnose(request: rq.DiagnoseRequest, progress: Progress) -> DiagnoseResult:
                         target=request.target, precision=request.precision, soc_model=request.soc,
                         htp_arch=request.arch, seed=request.seed, force=request.force, mnn_gate=request.mnn_gate,
                         target_options=options, timeout=request.timeout, mnn_model=request.mnn_model,
+                        reference_model=request.reference_model, max_memory=_bytes(request.max_memory),
                         progress=progress)
 
 
@@ -125,7 +126,14 @@ def bisect(request: rq.BisectRequest, progress: Progress) -> BisectResult:
         model=Path(request.model), out=out_dir(request, request.out), target=request.target,
         reference_model=request.reference_model, baseline=request.baseline, inputs=request.inputs,
         shapes=request.shapes or {}, seed=request.seed, soc_model=request.soc, htp_arch=request.arch, options=options,
-        opencl=request.opencl, mnn_gate=request.mnn_gate, force=request.force, timeout=request.timeout), progress)
+        opencl=request.opencl, mnn_gate=request.mnn_gate, force=request.force, timeout=request.timeout,
+        max_memory=_bytes(request.max_memory)), progress)
+
+
+def _bytes(size: str | None) -> int | None:
+    from ..localise.budget import parse_size
+
+    return parse_size(size) if size else None
 
 
 def localise_blocks(request: rq.LocaliseBlocksRequest, progress: Progress) -> BlockResult:

@@ -69,7 +69,10 @@ def compare_paths(reference: str | Path, target: str | Path, *, model: str | Pat
         run, kind = open_target(target, reference=side.reference, work_dir=work,
                                 mnn_model=Path(guess) if guess else None, execution=execution, progress=progress,
                                 fp16_codes=fp16_codes)
-        onnx_model, model_path, note = resolve_model(side.reference, model)
+        # without local re-runs the graph is all the comparison reads: a model with external data (LLM size) is
+        # opened without its weights
+        onnx_model, model_path, note = resolve_model(side.reference, model,
+                                                     weights=(options or CompareOptions()).local_checks)
         result = compare_runs(side, run, model=onnx_model, model_path=model_path, target_kind=kind,
                               options=options, progress=progress, model_note=note,
                               mnn_model=str(guess) if guess else None)
@@ -115,14 +118,16 @@ def _mnn_model_guess(side: ReferenceSide, model: str | Path | None) -> Path | No
     return None
 
 
-def resolve_model(reference: Run, model: str | Path | None) -> tuple[Any, str | None, str | None]:
-    """(onnx model or None, its path, why there is none). A given model must be the reference's own."""
+def resolve_model(reference: Run, model: str | Path | None, *,
+                  weights: bool = True) -> tuple[Any, str | None, str | None]:
+    """(onnx model or None, its path, why there is none). A given model must be the reference's own.
+    ``weights=False`` leaves external weights in their files (only the graph is needed)."""
     from ..onnx_graph import load_onnx
 
     info = reference.record.model
     if model is not None and Path(model).suffix.lower() != ".mnn":
         path = Path(model)
-        loaded = load_onnx(path)
+        loaded = load_onnx(path, load_external_data=weights)
         if info is not None and info.format == "onnx" and info.sha256 and sha256_file(path) != info.sha256:
             raise BadInputError(
                 f"--model {path} is not the model the reference was built from ({info.path})",
@@ -140,7 +145,7 @@ def resolve_model(reference: Run, model: str | Path | None) -> tuple[Any, str | 
         return None, None, f"{e.message} (pass --model)"
     if info.sha256 and sha256_file(path) != info.sha256:
         return None, None, f"the reference's model {path} changed since the baseline (pass --model)"
-    return load_onnx(path), str(path), None
+    return load_onnx(path, load_external_data=weights), str(path), None
 
 
 def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_path: str | None = None,

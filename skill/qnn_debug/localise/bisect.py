@@ -64,6 +64,7 @@ class BisectRequest(BaseModel):
     mnn_gate: bool = True
     force: bool = False
     timeout: float = 1800.0
+    max_memory: int | None = None  # bytes per process; a model that does not fit one session runs piece by piece
 
 
 def run_bisect(request: BisectRequest, progress: Progress = NULL_PROGRESS, *,
@@ -80,13 +81,12 @@ def run_bisect(request: BisectRequest, progress: Progress = NULL_PROGRESS, *,
     ref_path = Path(request.reference_model or model_path)
     tgt = target(request.target)
     out = _prepare_out(Path(request.out), request.force)
-    model = load_onnx(model_path)
-    if request.inputs is None and request.baseline is None:
-        request = _vl_inputs(request, load_onnx(ref_path), out)
+    if request.inputs is None and request.baseline is None:  # the graph's shapes only: weights stay on disk
+        request = _vl_inputs(request, load_onnx(ref_path, load_external_data=False), out)
     if tgt.capabilities.own_reference:
-        result = _bisect_same_device(tgt, request, model, load_onnx(ref_path), out, th, progress)
+        result = _bisect_same_device(tgt, request, load_onnx(model_path), load_onnx(ref_path), out, th, progress)
     else:
-        result = _bisect_on_baseline(tgt, request, model, ref_path, out, th, progress)
+        result = _bisect_on_baseline(tgt, request, model_path, ref_path, out, th, progress)
     result.elapsed_s = round(time.monotonic() - started, 3)
     atomic_write_text(out / RESULT_FILE, result.model_dump_json(indent=1))
     return result
@@ -129,25 +129,49 @@ def _setup(request: BisectRequest, work: Path, progress: Progress) -> ProbeSetup
                       opencl=request.opencl, timeout=request.timeout, progress=progress)
 
 
-def _bisect_on_baseline(tgt: Target, request: BisectRequest, model: Any, ref_path: Path, out: Path, th: Thresholds,
-                        progress: Progress) -> BisectResult:
-    """Reference and floor from a baseline; the target runs the cuts (in one session when it can)."""
+def _bisect_on_baseline(tgt: Target, request: BisectRequest, model_path: Path, ref_path: Path, out: Path,
+                        th: Thresholds, progress: Progress) -> BisectResult:
+    """Reference and floor from a baseline; the target runs the cuts (in one session when it can). A model whose
+    weights are external and do not fit one session within the memory budget streams (:mod:`.bisect_stream`)."""
     from ..baseline import load_baseline, run_baseline
     from ..inputs import fix_input_shapes, prepare_inputs, save_npz
-    from ..onnx_graph import ensure_node_names, graph_inputs
+    from ..onnx_graph import ensure_node_names, graph_inputs, load_onnx
+    from .budget import default_budget
 
     work = out / "probes"
     setup = _setup(request, work, progress)
     session = tgt.session_options(setup) if tgt.capabilities.one_session else {}
     if not tgt.capabilities.one_session:
         tgt.options(request.options)
+    budget = request.max_memory or default_budget()
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    if tgt.capabilities.one_session:
+        from .bisect_stream import streams
+
+        streamed = streams(model_path, budget) or streams(ref_path, budget)
+    else:
+        streamed = False
     if request.baseline is not None:
         base = load_baseline(request.baseline)
+    elif streamed:
+        from .stream_baseline import stream_baseline
+
+        stream_baseline(ref_path, out / BASELINE_DIR, inputs=request.inputs, shapes=request.shapes or None,
+                        seed=request.seed, budget=budget, progress=progress)
+        base = load_baseline(out / BASELINE_DIR)
     else:
         run_baseline(ref_path, out / BASELINE_DIR, inputs=request.inputs, shapes=request.shapes or None,
                      seed=request.seed, progress=progress, mnn_gate=request.mnn_gate)
         base = load_baseline(out / BASELINE_DIR)
-    ensure_node_names(model)
+    timings["baseline_s"] = round(time.monotonic() - t0, 3)
+    if streamed:
+        from .external import open_lazy
+
+        lazy = open_lazy(model_path)
+        model = lazy.model
+    else:
+        model = ensure_node_names(load_onnx(model_path))
     prepared = prepare_inputs(graph_inputs(model), inputs=base.inputs_path, shapes=request.shapes or None)
     fixed = fix_input_shapes(model, prepared.shapes)
     points = cut_points(fixed, judged_names(base.reference))
@@ -155,17 +179,35 @@ def _bisect_on_baseline(tgt: Target, request: BisectRequest, model: Any, ref_pat
         raise BadInputError("no tensor of the model can be compared with the reference",
                             hint="is the baseline a run of this model? Tensors are matched by name")
     work.mkdir(exist_ok=True)
+    warnings: list[str] = []
     if tgt.capabilities.one_session:
         import onnx
 
-        onnx.save(fixed, str(work / "model.onnx"))
+        from ..targets.sim_lowering import lower_for_simulator
+
+        t0 = time.monotonic()
+        if streamed:
+            from .bisect_stream import chain_job
+            from .external import LazyModel
+
+            job, chain, warnings = chain_job(LazyModel(lazy.path, fixed, lazy.base), base.reference, prepared.arrays,
+                                             budget, work)
+            timings["pieces"] = float(len(chain.pieces))
+        else:
+            warnings = lower_for_simulator(fixed)  # the simulator refuses ReduceSumSquare; MNN lowers it likewise
+            onnx.save(fixed, str(work / "model.onnx"))
+            job = {"job": "bisect", "model": str(work / "model.onnx")}
         save_npz(work / "inputs.npz", prepared.arrays)
+        timings["prepare_s"] = round(time.monotonic() - t0, 3)
+        t0 = time.monotonic()
         response = tgt.run_session({
-            "job": "bisect", "model": str(work / "model.onnx"), "inputs_npz": str(work / "inputs.npz"),
+            **job, "inputs_npz": str(work / "inputs.npz"),
             "reference": str(base.reference.dir), "floor": str(base.floor.dir) if base.floor is not None else None,
             "points": [_point_json(p) for p in points], **session, "thresholds": th.model_dump(mode="json"),
         }, log=work / "htp_probe_worker.log", timeout=request.timeout, progress=progress,
             what="HTP simulator bisection")
+        timings["htp_sim_s"] = round(time.monotonic() - t0, 3)
+        timings.update({f"htp_sim_{k}": v for k, v in response.items() if k.endswith("_s")})
         first, probes = response["first"], [Probe.model_validate(p) for p in response["probes"]]
     else:
         prober = tgt.prober(setup)
@@ -187,6 +229,7 @@ def _bisect_on_baseline(tgt: Target, request: BisectRequest, model: Any, ref_pat
     floor = "fp16 floor (ORT CPU, every tensor rounded through fp16)" if base.floor is not None else "none"
     naming = {t.name: (t.op or "", t.op_type or "", t.position) for t in base.reference.tensors if t.op}
     result = _result(request, out, points, first, probes, floor, str(base.dir), naming)
+    result.timings, result.warnings = timings, warnings
     result.fp16_range = fp16_range(base.reference)
     _explain(result, th)
     return result

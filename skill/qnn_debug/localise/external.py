@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -86,6 +86,17 @@ def weight_bytes(model: onnx.ModelProto) -> int:
     return total
 
 
+def tensor_sizes(model: onnx.ModelProto) -> dict[str, int]:
+    """Initializer name → its bytes (inside the protobuf or in external data)."""
+    sizes = {}
+    for t in model.graph.initializer:
+        if _is_external(t):
+            sizes[t.name] = _info(t)[2]
+        else:
+            sizes[t.name] = len(t.raw_data) or int(np.prod(t.dims, dtype=np.int64)) * 4
+    return sizes
+
+
 def materialise(model: onnx.ModelProto, base: Path) -> onnx.ModelProto:
     """A copy of ``model`` (a cut-out block: small) with its external weights read into the protobuf."""
     m = copy.deepcopy(model)
@@ -107,8 +118,37 @@ def materialise(model: onnx.ModelProto, base: Path) -> onnx.ModelProto:
     return m
 
 
-def cpu_session(model: onnx.ModelProto, base: Path | None) -> Any:
-    """An ORT CPU session from the model's bytes; its external weights are read from ``base``."""
+def rounded_weight(t: TensorProto, base: Path, chunk: int = 16 << 20) -> np.ndarray:
+    """An external fp32 weight read from its data file and rounded through fp16 where |w| <= 65504 (as the fp16
+    floor rounds weights), a chunk at a time: one fp32 copy of the weight, no temporaries of its size."""
+    from ..onnx_graph import FP16_MAX
+
+    location, offset, length = _info(t)
+    out = np.empty(length // 4, dtype=np.float32)
+    raw = out.view(np.uint8)
+    with fs.open_read(base / location, what="external data file") as f:
+        reader = cast(Any, f)
+        reader.seek(offset)
+        for start in range(0, length, chunk):  # chunk is a multiple of 4: whole floats per chunk
+            end = min(start + chunk, length)
+            got = start
+            while got < end:
+                n = reader.readinto(raw[got:end])
+                if not n:
+                    raise BadInputError(f"{location} ends before tensor {t.name!r}", hint="re-export the model")
+                got += n
+            part = out[start // 4:end // 4]
+            np.copyto(part, part.astype(np.float16).astype(np.float32), where=np.abs(part) <= FP16_MAX)
+    return out.reshape(tuple(t.dims))
+
+
+def cpu_session(model: onnx.ModelProto, base: Path | None, *, optimize: bool = True,
+                initializers: dict[str, np.ndarray] | None = None) -> Any:
+    """An ORT CPU session from the model's bytes; its external weights are read from ``base``.
+
+    ``optimize=False`` (the fp16 floor of a piece): no graph optimisation, so the rounding of each weight
+    (Clip → Cast → Cast in the graph) runs at inference instead of being constant-folded, which kept every
+    intermediate copy of the weight alive: the 1.2 GB LM head at 1.7B width peaked at 6.4 GiB, not 3.3."""
     import onnxruntime as ort
 
     from ..targets.onnx_capture import one_line
@@ -117,22 +157,35 @@ def cpu_session(model: onnx.ModelProto, base: Path | None) -> Any:
     so.log_severity_level = 3
     # no pre-packed second copy of every MatMul weight: a block runs once, and its weights are the memory
     so.add_session_config_entry("session.disable_prepacking", "1")
+    # no memory arena: an output array ORT hands back keeps its allocator alive, so a block's boundary value kept
+    # for the next block pinned that block's whole arena (all its activations): the main process grew ~45 MB per
+    # block at 0.6B width (469 MiB after 8 layers; 149 MiB without the arena, measured)
+    so.enable_cpu_mem_arena = False
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    kept = []
+    for name, value in (initializers or {}).items():  # used in place: the session shares these arrays' memory
+        kept.append(ort.OrtValue.ortvalue_from_numpy(value))
+        so.add_initializer(name, kept[-1])
     if base is not None:
         so.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base))
     try:
-        return ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(model.SerializeToString(), sess_options=so, providers=["CPUExecutionProvider"])
+        session.qd_initializers = kept  # alive as long as the session
+        return session
     except Exception as e:
         raise BadInputError(f"ONNX Runtime cannot load the model: {one_line(e)}",
                             hint="check the model with onnx.checker, or re-export it") from None
 
 
 def run_cpu(model: onnx.ModelProto, base: Path | None, feeds: dict[str, np.ndarray],
-            names: list[str]) -> dict[str, np.ndarray]:
+            names: list[str], *, optimize: bool = True,
+            initializers: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Run ``model`` on ORT CPU fp32 with ``names`` marked as outputs (external weights read from ``base``)."""
     from ..onnx_graph import mark_all
     from ..targets.onnx_capture import one_line
 
-    session = cpu_session(mark_all(model, names), base)
+    session = cpu_session(mark_all(model, names), base, optimize=optimize, initializers=initializers)
     wanted = [o.name for o in session.get_outputs()]
     wanted_feeds = {i.name for i in session.get_inputs()}
     try:

@@ -100,22 +100,30 @@ def _saved_outputs(run: Run, key: str) -> dict[str, np.ndarray]:
 
 def localise_without_full_dump(model: Path, reference_model: Path, out: Path, baseline_dir: Path, inputs: Path,
                                reason: str, *, soc_model: int, htp_arch: int | None, options: dict[str, str],
-                               timeout: float, force: bool,
-                               progress: Progress = NULL_PROGRESS) -> tuple[CompareResult | None, FallbackReport]:
-    """Chunked marking first; bisection when a chunk fails to build or changes the outputs too."""
-    from ..compare.pipeline import compare_paths
+                               timeout: float, force: bool, progress: Progress = NULL_PROGRESS,
+                               max_memory: int | None = None,
+                               streamed: bool = False) -> tuple[CompareResult | None, FallbackReport]:
+    """Chunked marking first; bisection when a chunk fails to build or changes the outputs too.
+
+    ``streamed``: the model does not fit one session within ``max_memory``; both methods then run it piece by piece
+    and the comparison re-runs no op on CPU (that would load the whole model)."""
+    from ..compare.pipeline import CompareOptions, compare_paths
     from .bisect import BisectRequest, run_bisect
     from .chunked import run_chunked_dump
 
     report = FallbackReport(method="chunked_dump", full_dump_not_used=reason)
     try:
         run = run_chunked_dump(model, out / CHUNKED_DIR, inputs=inputs, soc_model=soc_model, htp_arch=htp_arch,
-                               options=options, force=force, timeout=timeout, progress=progress)
+                               options=options, force=force, timeout=timeout, progress=progress,
+                               max_memory=max_memory, baseline=baseline_dir)
         lie = observer_lie(run, baseline_dir)
         chunks = len(run.record.extra.get("chunks") or [])
         if lie is None:
-            report.attempts.append(f"chunked marking: {chunks} marked sessions, each agreeing with the unmarked run")
-            result = compare_paths(baseline_dir, run.dir, report_dir=out / "report", progress=progress)
+            agree = ("the marked chain's outputs agreeing with the unmarked chain's" if streamed
+                     else "each agreeing with the unmarked run")
+            report.attempts.append(f"chunked marking: {chunks} marked sessions, {agree}")
+            result = compare_paths(baseline_dir, run.dir, report_dir=out / "report", progress=progress,
+                                   options=CompareOptions(local_checks=not streamed))
             note = f"from marking in {chunks} chunks (the full dump was not used: {reason})"
             result.verdict.summary = f"{result.verdict.summary} [{note}]"
             result.verdict.evidence["method"] = "chunked_dump"
@@ -127,6 +135,7 @@ def localise_without_full_dump(model: Path, reference_model: Path, out: Path, ba
     report.method = "bisect"
     report.bisect = run_bisect(BisectRequest(model=model, reference_model=reference_model, out=out / BISECT_DIR,
                                              baseline=baseline_dir, soc_model=soc_model, htp_arch=htp_arch,
-                                             options=options, timeout=timeout, force=force), progress)
+                                             options=options, timeout=timeout, force=force,
+                                             max_memory=max_memory), progress)
     report.bisect.summary = f"{report.bisect.summary} [from bisection (the full dump was not used: {reason})]"
     return None, report

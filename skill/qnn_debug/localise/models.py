@@ -76,6 +76,8 @@ class BisectResult(BaseModel):
     summary: str
     fp16_range: RangeFinding | None = None
     elapsed_s: float = 0.0
+    timings: dict[str, float] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)  # e.g. ops lowered for the simulator as MNN's converter does
     next_steps: list[NextStep] = Field(default_factory=list)
 
 
@@ -123,6 +125,7 @@ class BlockResult(BaseModel):
     fp16_range: RangeFinding | None = None
     elapsed_s: float = 0.0
     timings: dict[str, float] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)  # e.g. ops lowered for the simulator as MNN's converter does
     next_steps: list[NextStep] = Field(default_factory=list)
 
 

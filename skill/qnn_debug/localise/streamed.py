@@ -13,6 +13,7 @@ its boundary values when it is searched op by op.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +24,11 @@ import onnx
 
 from ..compare.thresholds import Thresholds
 from ..errors import BadInputError
-from ..progress import Progress
+from ..progress import Progress, eta
 from .bisect import RangeFinding, first_out_of_range
 from .budget import block_cost, check_main, default_budget, plan_groups
 from .cut import Block, block, block_model, decoder_layers, positions_block
-from .external import LazyModel, materialise, open_lazy, run_cpu, weight_bytes
+from .external import LazyModel, materialise, open_lazy, run_cpu, tensor_sizes, weight_bytes
 from .segments import chain
 from .side_by_side import Feeders, side_by_side
 
@@ -207,16 +208,9 @@ def _seg_name(seg: Block) -> str:
 
 def _weights_of(model: onnx.ModelProto, positions: list[int]) -> int:
     """Weight bytes the ops at ``positions`` read (inside the protobuf or in external data)."""
-    sizes = {t.name: weight_bytes(_only(t)) for t in model.graph.initializer}
+    sizes = tensor_sizes(model)
     nodes = model.graph.node
     return sum(sizes.get(n, 0) for n in {i for p in positions for i in nodes[p].input})
-
-
-def eta(what: str, done: int, total: int, started: float) -> str:
-    """``what`` (done/total), elapsed and estimated remaining time: the progress line at LLM size."""
-    spent = time.monotonic() - started
-    left = spent / done * (total - done) if done else 0.0
-    return f"{what} ({done}/{total}), {spent:.0f} s elapsed, ~{left:.0f} s left"
 
 
 def stage(work: Path, tag: str, target: LazyModel, reference: LazyModel, pieces: list[list[int]],
@@ -226,8 +220,10 @@ def stage(work: Path, tag: str, target: LazyModel, reference: LazyModel, pieces:
     reference and fp16-floor values by new name (the floor run ``FLOOR_BATCH`` bytes of weights at a time)."""
     from ..inputs import save_npz
     from ..onnx_graph import fp16_floor
+    from ..targets.sim_lowering import lower_for_simulator
 
     model, maps = side_by_side(target.model, pieces, outs, shapes, tag="p", types=types)
+    lowered = lower_for_simulator(model)  # the simulator refuses ReduceSumSquare; MNN's converter lowers it likewise
     feeds = {i.name: np.asarray(values[i.name]) for i in model.graph.input}
     reference_by_new, floor_by_new = {}, {}
     for batch in _batches(reference.model, ref_pieces):
@@ -255,6 +251,7 @@ def stage(work: Path, tag: str, target: LazyModel, reference: LazyModel, pieces:
     return {"model": str(work / f"{tag}.onnx"), "external_dir": str(target.base),
             "weight_bytes": weight_bytes(model), "feeds": str(work / f"{tag}_feeds.npz"),
             "reference": str(work / f"{tag}_reference.npz"), "floor": str(work / f"{tag}_floor.npz"), "keys": keys,
+            "lowered": lowered,
             "pieces": [{"outputs": mp, "op_types": {o: op_types.get(o) for o in mp},
                         "op": nodes[piece[-1]].name, "op_type": nodes[piece[-1]].op_type, "position": piece[-1]}
                        for mp, piece in zip(maps, pieces, strict=True)]}
@@ -319,12 +316,6 @@ def _alone_outside(groups: list[list[int]], outside: list[bool]) -> list[list[in
         if run:
             out.append(run)
     return out
-
-
-def _only(t: onnx.TensorProto) -> onnx.ModelProto:
-    m = onnx.ModelProto()
-    m.graph.initializer.append(t)
-    return m
 
 
 def save_values(cut: StreamedCut, work: Path) -> dict[str, Any]:
@@ -420,4 +411,6 @@ def simulate(request: Any, work: Path, progress: Progress, th: Thresholds,
                                what="HTP simulator block runs")
     timings["htp_sim_s"] = round(time.monotonic() - t0, 3)
     timings.update({f"htp_sim_{k}": v for k, v in response.items() if k.endswith("_s")})
+    notes = [w for st in [*stages, response.get("ops_stage") or {}] for w in st.get("lowered", [])]
+    response["lowered"] = list(dict.fromkeys(re.sub(r"@p\d+", "", n) for n in notes))  # one note per model node
     return cut, response, timings
