@@ -225,7 +225,7 @@ def _bisect_on_baseline(tgt: Target, request: BisectRequest, model_path: Path, r
             return summarise(i, point.position, point.op, point.op_type, tensors, time.monotonic() - t0)
 
         with progress.stage("bisect: probes", total=None, message=f"bisect: probing cuts on the {request.target}"):
-            first, probes = first_bad(len(points), probe)
+            first, probes = first_bad(len(points), probe, th.excess_ok_db)
     floor = "fp16 floor (ORT CPU, every tensor rounded through fp16)" if base.floor is not None else "none"
     naming = {t.name: (t.op or "", t.op_type or "", t.position) for t in base.reference.tensors if t.op}
     result = _result(request, out, points, first, probes, floor, str(base.dir), naming)
@@ -364,7 +364,7 @@ def _bisect_same_device(tgt: Target, request: BisectRequest, model: Any, referen
         return summarise(i, point.position, point.op, point.op_type, tensors, time.monotonic() - t0)
 
     with progress.stage("bisect: probes", total=None, message=f"bisect: probing cuts on the {request.target}"):
-        first, probes = first_bad(len(points), probe)
+        first, probes = first_bad(len(points), probe, th.excess_ok_db)
     result = _result(request, out, points, first, probes,
                      f"MNN CPU precision 2 (fp16 where the CPU supports it) on the same {request.target}", None,
                      {o: (n.name, n.op_type, i) for i, n in enumerate(reference_model.graph.node) for o in n.output})

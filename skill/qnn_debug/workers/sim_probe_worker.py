@@ -90,7 +90,7 @@ def _bisect(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
             advance(message=f"bisect: cut after {point.op} is {'bad' if p.bad else 'good'}")
             return p
 
-        first, probes = first_bad(len(points), probe)
+        first, probes = first_bad(len(points), probe, th.excess_ok_db)
     return {"first": first, "probes": [p.model_dump(mode="json") for p in probes]}
 
 
@@ -168,7 +168,7 @@ def _bisect_chain(request: dict[str, Any], progress: Progress) -> dict[str, Any]
                             f"{len(chain.pieces)})")
             return p
 
-        first, probes = first_bad(len(points), probe)
+        first, probes = first_bad(len(points), probe, th.excess_ok_db)
     return {"first": first, "probes": [p.model_dump(mode="json") for p in probes], "pieces_s": round(chain.sim_s, 3)}
 
 
