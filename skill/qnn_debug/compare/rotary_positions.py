@@ -113,6 +113,18 @@ def _layout(assign: np.ndarray, told: np.ndarray) -> tuple[bool | None, tuple[in
     return None, ()
 
 
+def _other_layout(assign: np.ndarray, told: np.ndarray) -> tuple[np.ndarray, str] | None:
+    """The row each column would read under the other M-RoPE layout (chunked for interleaved and back), over the
+    whole rotary width (a table that repeats its first half is read from that half), and its label."""
+    length = len(assign)
+    h = length // 2
+    half = h if length % 2 == 0 and (assign[:h] == assign[h:])[told[:h] & told[h:]].all() else length
+    own, sections = _layout(assign[:half], told[:half])
+    if own is None:
+        return None
+    return np.tile(mrope_axes(sections, not own), length // half), _layout_label(sections, own, bool(told[:half].all()))
+
+
 def alternatives(values: np.ndarray, run: Run, name: str) -> dict[str, np.ndarray]:
     """Each wrong layout's value of the tensor, from the position ids ``values`` [R, S] and ``run`` (ids → tensor)."""
     ids = np.asarray(values)
@@ -130,18 +142,13 @@ def alternatives(values: np.ndarray, run: Run, name: str) -> dict[str, np.ndarra
     if found is None:
         return out
     assign, told = found
-    length = len(assign)
-    h = length // 2
-    half = h if length % 2 == 0 and (assign[:h] == assign[h:])[told[:h] & told[h:]].all() else length
-    own, sections = _layout(assign[:half], told[:half])
-    if own is None:
+    layout = _other_layout(assign, told)
+    if layout is None:
         return out
-    other = mrope_axes(sections, not own)
-    full = np.tile(other, length // half)
+    full, label = layout
     alt = np.empty_like(per_row[0])
     for j, a in enumerate(full):
         alt[..., j] = per_row[a][..., j]
-    label = _layout_label(sections, own, bool(told[:half].all()))
     out[label] = alt
     return out
 
@@ -177,14 +184,9 @@ def table_alternatives(cos: np.ndarray, sin: np.ndarray, ids: np.ndarray,
         out[f"{name} rows swapped (the 2-D vision rotary reads w as h and h as w)"] = table(1 - assign)
         return out
     out[f"{name} rows h and w swapped (M-RoPE heights read as widths)"] = table(np.array([0, 2, 1])[assign])
-    length = len(assign)
-    h = length // 2
-    half = h if length % 2 == 0 and (assign[:h] == assign[h:])[told[:h] & told[h:]].all() else length
-    own, sections = _layout(assign[:half], told[:half])
-    if own is None:
-        return out
-    other = np.tile(mrope_axes(sections, not own), length // half)
-    out[_layout_label(sections, own, bool(told[:half].all()))] = table(other)
+    layout = _other_layout(assign, told)
+    if layout is not None:
+        out[layout[1]] = table(layout[0])
     return out
 
 

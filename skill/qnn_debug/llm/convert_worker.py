@@ -79,11 +79,6 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
 
 def _peak_rss() -> int:
     """VmHWM of this process (its own peak since exec; ``ru_maxrss`` would carry the parent's from before exec)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    from ..workers.entry import status_bytes
+
+    return status_bytes("VmHWM")

@@ -36,10 +36,15 @@ def _error(kind: str, type_name: str, message: str, hint: str | None) -> dict[st
 
 def rss_bytes() -> int:
     """Resident size of this process now (VmRSS), 0 if unreadable."""
+    return status_bytes("VmRSS")
+
+
+def status_bytes(field: str) -> int:
+    """A size field of this process's /proc status (VmRSS now, VmHWM its peak since exec), 0 if unreadable."""
     try:
         with open("/proc/self/status", encoding="ascii") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
