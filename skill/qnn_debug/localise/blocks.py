@@ -172,7 +172,9 @@ def _prepare_out(out: Path, force: bool) -> Path:
     def ours(p: Path) -> bool:
         return (p / RESULT_FILE).exists() or (p / "blocks").is_dir()
 
-    if check_output_dir(out, force=force, is_ours=ours, what="block localisation"):
+    # an attempt that stopped before its result (bad input found late, a budget error) is replaced without --force
+    unfinished = out.is_dir() and (out / "blocks").is_dir() and not (out / RESULT_FILE).exists()
+    if check_output_dir(out, force=force or unfinished, is_ours=ours, what="block localisation"):
         for entry in out.iterdir():
             if entry.name in (RESULT_FILE, "blocks", "vl_inputs.npz") or entry.name.startswith(("diagnose-block", "bisect-block")):
                 shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
