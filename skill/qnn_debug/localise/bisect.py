@@ -251,7 +251,8 @@ def _result(request: BisectRequest, out: Path, points: list[CutPoint], first: in
         tensor = None
         if bad is not None:
             mine = [t for t in point.outputs if t in bad.bad_tensors]
-            tensor = mine[0] if mine else (bad.bad_tensors[0] if bad.bad_tensors else None)
+            tensor = mine[0] if mine else (bad.bad_tensors[0] if bad.bad_tensors
+                                           else bad.worst.name if bad.worst is not None else None)
         worst = bad.worst if bad is not None else None
         op, op_type, position = naming.get(tensor or "", (point.op, point.op_type, point.position))
         ff = FirstFailingOp(op=op, op_type=op_type, position=position, tensor=tensor,

@@ -49,9 +49,11 @@ def first_bad(count: int, probe: Callable[[int], Probe], outputs_ok_db: float | 
 
     The last cut (the final outputs) is probed first: when it is healthy there is nothing to find. Healthy for the
     outputs is ``compare``'s own rule, within ``outputs_ok_db`` of the floor (``Thresholds.excess_ok_db``): a broken
-    rotary two layers before the head of a 28-layer decoder left the logits 13.4 dB beyond the floor, under the
-    15 dB an intermediate tensor needs to be ``bad``, and the search never started. The graph inputs are taken as
-    good (the target ran on the reference's inputs).
+    rotary two layers before the head of a 28-layer decoder left the logits 13.4 dB beyond the floor (every tensor
+    after it 13-14 dB), under the 15 dB an intermediate tensor needs to be ``bad``, and the search never started.
+    When only that output rule fails, a cut fails at ``outputs_ok_db`` too, and the cut found is named only if the
+    excess steps up there (by at least half that, from the last good cut): a slow fp16 drift has no such step and
+    stays unnamed (precision). The graph inputs are taken as good (the target ran on the reference's inputs).
     """
     if count <= 0:
         return None, []
@@ -61,12 +63,22 @@ def first_bad(count: int, probe: Callable[[int], Probe], outputs_ok_db: float | 
            and final.worst.excess_db >= outputs_ok_db)
     if not final.bad and not off:
         return None, probes
+
+    def excess(p: Probe | None) -> float:
+        return (p.worst.excess_db or 0.0) if p is not None and p.worst is not None else 0.0
+
+    def failing(p: Probe) -> bool:
+        return p.bad or (not final.bad and outputs_ok_db is not None and excess(p) >= outputs_ok_db)
+
     lo, hi = -1, count - 1
     while hi - lo > 1:
         mid = (lo + hi) // 2
         p = probe(mid)
         probes.append(p)
-        lo, hi = (lo, mid) if p.bad else (mid, hi)
-    if hi == count - 1 and not final.bad:
-        return None, probes  # outputs off, yet no tensor before them is bad: nothing to name (precision)
+        lo, hi = (lo, mid) if failing(p) else (mid, hi)
+    if not final.bad and outputs_ok_db is not None:
+        at = next((p for p in probes if p.index == hi), None)
+        before = next((p for p in probes if p.index == lo), None)
+        if excess(at) - excess(before) < outputs_ok_db / 2:
+            return None, probes  # outputs off without a step anywhere: nothing to name (precision)
     return hi, probes
