@@ -51,6 +51,12 @@ class Qwen3Sizes(BaseModel):
     rms_eps: float = 1e-6
     seed: int = 0
 
+    def check_grouped_heads(self) -> None:
+        """Grouped-query attention repeats each KV head over ``heads // kv_heads`` query heads: they must divide."""
+        if self.heads % self.kv_heads:
+            raise BadInputError(f"{self.kv_heads} KV heads do not divide {self.heads} query heads",
+                                hint="use sizes from a real config.json")
+
     def weight_bytes(self) -> int:
         """fp32 bytes of the ONNX decoder's weights (layers + final norm + lm_head; the embedding is an input)."""
         h, hd, f = self.hidden, self.head_dim, self.intermediate
@@ -199,9 +205,7 @@ def build_sized_decoder(out_dir: str | Path, sizes: Qwen3Sizes, *, seq: int = 12
 
     Peak memory is one weight tensor plus the graph without data. ``static_head`` bakes ``logits_index``
     (the last token) in, as the HTP simulator rejects the dynamic Slice on it."""
-    if sizes.heads % sizes.kv_heads:
-        raise BadInputError(f"{sizes.kv_heads} KV heads do not divide {sizes.heads} query heads",
-                            hint="use sizes from a real config.json")
+    sizes.check_grouped_heads()
     out = fs.make_dirs(out_dir, what="decoder output folder")
     if any(out.iterdir()):
         raise BadInputError(f"{out} is not empty", hint="pass a new directory for the decoder")

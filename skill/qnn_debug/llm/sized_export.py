@@ -56,9 +56,7 @@ def build_sized_export(out_dir: str | Path, sizes: Qwen3Sizes, *, weight_bits: L
     """Write the export folder (``out_dir`` new or empty); the fp32 ONNX is written and converted in scratch."""
     from ..workers import run_worker
 
-    if sizes.heads % sizes.kv_heads:
-        raise BadInputError(f"{sizes.kv_heads} KV heads do not divide {sizes.heads} query heads",
-                            hint="use sizes from a real config.json")
+    sizes.check_grouped_heads()
     if quant_block < 0 or (quant_block and sizes.hidden % quant_block):
         raise BadInputError(f"quant block {quant_block} does not divide hidden {sizes.hidden}",
                             hint="use 0 (one scale per channel), 32, 64 or 128")
