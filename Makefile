@@ -30,13 +30,13 @@ demo: setup
 	$(VENV)/bin/qnn-debug demo --out demo-runs
 
 test: setup
-	$(PY) -m ruff check skill server tests bench
+	$(PY) -m ruff check skill server testkit tests bench
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
 lint: setup
-	$(PY) -m ruff check skill server tests bench
+	$(PY) -m ruff check skill server testkit tests bench
 
 typecheck: setup
 	$(PY) -m mypy

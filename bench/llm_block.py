@@ -1,6 +1,6 @@
 """Time to the first failing op in an LLM decoder: block localisation vs bisection over the whole graph.
 
-Model: the project's tiny Qwen3-shaped decoder (``qnn_debug.llm.tiny_graph``, torch export form) with
+Model: the project's tiny Qwen3-shaped decoder (``qnn_debug_testkit.tiny_graph``, torch export form) with
 ``--layers`` layers (default 8) and one faulty layer (default: ``wrong_rotary`` — rotate_half without its
 Neg — in layer 5), prefill of 32 tokens, on the HTP simulator (soc 69, fp16).
 
@@ -38,7 +38,7 @@ def build(root: Path, layers: int, fault_layer: int, seq: int) -> tuple[Path, Pa
     import onnx
     from onnx import numpy_helper
 
-    from qnn_debug.llm.tiny_graph import (
+    from qnn_debug_testkit.tiny_graph import (
         GraphFaults,
         TinyQwen3Config,
         build_graph,

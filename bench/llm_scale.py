@@ -2,7 +2,7 @@
 
 Model: a Qwen3-shaped decoder at 0.6B width (hidden 1024, 16/8 heads of 128, FFN 3072, vocab 151936,
 28 layers) or, with ``--width 1.7b``, 1.7B width (hidden 2048, FFN 6144, 16/8 heads of 128; 8 layers by
-default), prefill 128, fp32 weights in external data, built once by :mod:`qnn_debug.llm.sized` into a
+default), prefill 128, fp32 weights in external data, built once by :mod:`qnn_debug_testkit.sized` into a
 cache folder (``bench/.cache``, gitignored). Two faulty copies share the clean copy's data file:
 
 - ``rotary``: rotate_half without its Neg in layer L-2 (a real bug): expected first failing block
@@ -49,8 +49,8 @@ RSS_TARGET = 4 * GIB
 
 
 def build(cache: Path, width: str, layers: int, seq: int) -> dict[str, Any]:
-    from qnn_debug.llm.sized import Qwen3Sizes, SizedDecoder, build_sized_decoder
-    from qnn_debug.llm.tiny_graph import GraphFaults
+    from qnn_debug_testkit.sized import Qwen3Sizes, SizedDecoder, build_sized_decoder
+    from qnn_debug_testkit.tiny_graph import GraphFaults
 
     folder = cache / f"qwen3-{width}-L{layers}-s{seq}"
     done = folder / "decoder.json"

@@ -1,7 +1,7 @@
 """``llm-text`` and ``llm-check`` at real LLM size, each against a plain measurement of the same export in the same run.
 
 Export: a Qwen3-shaped decoder at 0.6B size (hidden 1024, 16/8 heads of 128, FFN 3072, vocab 151936,
-28 layers; ``--width 1.7b`` for hidden 2048 / FFN 6144, also 28 layers as the real model) written by :mod:`qnn_debug.llm.sized_export` as
+28 layers; ``--width 1.7b`` for hidden 2048 / FFN 6144, also 28 layers as the real model) written by :mod:`qnn_debug_testkit.sized_export` as
 llmexport writes it: ``llm.mnn`` + 4-bit block-quantised ``llm.mnn.weight`` (block 64, asymmetric),
 ``embeddings_bf16.bin``, configs and tokenizer; built once into ``bench/.cache`` (gitignored). The build
 records the builder's own peak RSS and the converter process's peak RSS against the fp32 weight bytes.
@@ -67,9 +67,9 @@ def build(cache: Path, width: str, layers: int, fault: str | None = None) -> dic
 
 
 def build_child(args: argparse.Namespace) -> None:
-    from qnn_debug.llm.sized import Qwen3Sizes
-    from qnn_debug.llm.sized_export import build_sized_export
-    from qnn_debug.llm.tiny_graph import GraphFaults
+    from qnn_debug_testkit.sized import Qwen3Sizes
+    from qnn_debug_testkit.sized_export import build_sized_export
+    from qnn_debug_testkit.tiny_graph import GraphFaults
 
     sizes = Qwen3Sizes(**{**WIDTHS[args.width], "layers": args.layers, "rope_theta": 1000000.0})
     faults = GraphFaults(wrong_rotary_layer=args.layers - 2) if args.fault == "rotary" else None

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from qnn_debug.llm.tiny import FAULTS, TinyExportRequest, build_tiny_export
-from qnn_debug.llm.tiny_graph import TinyQwen3Config
+from qnn_debug_testkit.tiny import FAULTS, TinyExportRequest, build_tiny_export
+from qnn_debug_testkit.tiny_graph import TinyQwen3Config
 
 MODELS = {
     "a": (TinyQwen3Config(), None),

@@ -292,8 +292,8 @@ LLM_SIZES = [(2, 128), (1, 64)]
 @pytest.mark.parametrize(("layers", "hidden"), LLM_SIZES)
 def test_llm_export_encodings_on_integer_tensors_are_removed_in_place_and_rechecked(tmp_path: Path, layers: int,
                                                                                      hidden: int):
-    from qnn_debug.llm.tiny import TinyExportRequest, build_tiny_export
-    from qnn_debug.llm.tiny_graph import TinyQwen3Config
+    from qnn_debug_testkit.tiny import TinyExportRequest, build_tiny_export
+    from qnn_debug_testkit.tiny_graph import TinyQwen3Config
 
     folder = Path(build_tiny_export(tmp_path / "export", TinyExportRequest(
         fault="index_quant", config=TinyQwen3Config(layers=layers, hidden=hidden, heads=4, kv_heads=2))).dir)
@@ -314,7 +314,7 @@ def test_llm_export_encodings_on_integer_tensors_are_removed_in_place_and_rechec
 
 @pytest.mark.anyio
 async def test_llm_export_fix_through_the_mcp_tool(tmp_path: Path) -> None:
-    from qnn_debug.llm.tiny import TinyExportRequest, build_tiny_export
+    from qnn_debug_testkit.tiny import TinyExportRequest, build_tiny_export
 
     build_tiny_export(tmp_path / "export", TinyExportRequest(fault="index_quant"))
     async with connect(tmp_path, "auto") as client:
@@ -325,7 +325,7 @@ async def test_llm_export_fix_through_the_mcp_tool(tmp_path: Path) -> None:
 
 
 def test_llm_finding_outside_the_graph_gets_the_commands_and_leaves_llm_mnn_alone(tmp_path: Path):
-    from qnn_debug.llm.tiny import TinyExportRequest, build_tiny_export
+    from qnn_debug_testkit.tiny import TinyExportRequest, build_tiny_export
 
     folder = Path(build_tiny_export(tmp_path / "export", TinyExportRequest(fault="mul_encoding")).dir)
     previous = (folder / "llm.mnn").read_bytes()

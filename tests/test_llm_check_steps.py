@@ -13,8 +13,8 @@ import pytest
 
 from llm_exports import MODELS
 from qnn_debug.llm.check import LlmCheckRequest, check_llm_export
-from qnn_debug.llm.tiny import TinyExportRequest, build_tiny_export
 from qnn_debug.mnn.model_reader import read_mnn_model
+from qnn_debug_testkit.tiny import TinyExportRequest, build_tiny_export
 
 KEYS = ("a", "b")
 

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from qnn_debug.api import execute
 from qnn_debug.cli import app
-from qnn_debug.llm.tiny import TinyExportRequest, build_tiny_export
-from qnn_debug.llm.vl import VLExportRequest, build_vl_export
+from qnn_debug_testkit.tiny import TinyExportRequest, build_tiny_export
+from qnn_debug_testkit.vl import VLExportRequest, build_vl_export
 from vl_models import write_small_config
 
 SIZES = ["tiny", "small"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from qnn_debug.llm.tiny import TinyExportRequest, build_tiny_export
+from qnn_debug_testkit.tiny import TinyExportRequest, build_tiny_export
 from test_mcp_support import connect, error_text, ok
 
 pytestmark = pytest.mark.anyio
@@ -41,7 +41,7 @@ async def test_compare_llm_text_tool(tmp_path: Path) -> None:
 
 
 async def test_check_llm_export_tool_on_a_vl_export(tmp_path: Path) -> None:
-    from qnn_debug.llm.vl import VLExportRequest, build_vl_export
+    from qnn_debug_testkit.vl import VLExportRequest, build_vl_export
 
     build_vl_export(tmp_path / "Qwen3-VL-tiny", VLExportRequest(fault="index_quant"))
     async with connect(tmp_path, "auto") as client:

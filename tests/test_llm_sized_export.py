@@ -17,8 +17,8 @@ from qnn_debug.api import execute
 from qnn_debug.errors import MemoryBudgetError
 from qnn_debug.llm import text_budget
 from qnn_debug.llm.mnn_extras import read_mnn_extras
-from qnn_debug.llm.sized import Qwen3Sizes
-from qnn_debug.llm.sized_export import SizedExport, build_sized_export
+from qnn_debug_testkit.sized import Qwen3Sizes
+from qnn_debug_testkit.sized_export import SizedExport, build_sized_export
 
 CLI = str(Path(sys.executable).parent / "qnn-debug")
 SIZES = {

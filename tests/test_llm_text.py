@@ -17,8 +17,8 @@ from qnn_debug.errors import BadInputError
 from qnn_debug.llm.garbled import detect_garbled
 from qnn_debug.llm.llm_demo import DeviceTextTarget, parse_llm_demo_output
 from qnn_debug.llm.text import LlmTextRequest, compare_tokens, llm_text
-from qnn_debug.llm.tiny import TinyExportRequest, build_tiny_export
-from qnn_debug.llm.tiny_graph import TinyQwen3Config
+from qnn_debug_testkit.tiny import TinyExportRequest, build_tiny_export
+from qnn_debug_testkit.tiny_graph import TinyQwen3Config
 
 CORPUS = Path(__file__).parent / "fixtures" / "llm_text" / "garbled_corpus.json"
 CFG_B = TinyQwen3Config(layers=3, hidden=192, heads=6, kv_heads=2, intermediate=384, vocab=400, seed=5)

@@ -20,8 +20,8 @@ from qnn_debug.cli import app
 from qnn_debug.errors import DeviceError
 from qnn_debug.llm.llm_demo import DeviceTextTarget
 from qnn_debug.llm.text import LlmTextRequest, llm_text
-from qnn_debug.llm.tiny import build_tiny_export
-from qnn_debug.llm.vl import VLExportRequest, build_vl_export
+from qnn_debug_testkit.tiny import build_tiny_export
+from qnn_debug_testkit.vl import VLExportRequest, build_vl_export
 from test_mcp_support import connect, error_text, ok
 from vl_models import write_small_config
 

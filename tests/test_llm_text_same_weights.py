@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from qnn_debug.llm.sized import Qwen3Sizes
-from qnn_debug.llm.sized_export import build_sized_export
-from qnn_debug.llm.tiny_graph import GraphFaults
+from qnn_debug_testkit.sized import Qwen3Sizes
+from qnn_debug_testkit.sized_export import build_sized_export
+from qnn_debug_testkit.tiny_graph import GraphFaults
 
 CLI = str(Path(sys.executable).parent / "qnn-debug")
 SIZES = Qwen3Sizes(layers=4, hidden=256, heads=8, kv_heads=4, head_dim=64, intermediate=512, vocab=1536,

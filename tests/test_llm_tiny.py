@@ -10,10 +10,16 @@ import onnxruntime as ort
 import pytest
 
 from qnn_debug.errors import BadInputError
-from qnn_debug.llm.tiny import TinyExportRequest, build_tiny_export, tiny_prefill
-from qnn_debug.llm.tiny_graph import GraphFaults, TinyQwen3Config, build_graph, make_weights, prefill_inputs
-from qnn_debug.llm.tiny_tokenizer import decode, encode
 from qnn_debug.mnn.model_reader import read_mnn_model
+from qnn_debug_testkit.tiny import TinyExportRequest, build_tiny_export, tiny_prefill
+from qnn_debug_testkit.tiny_graph import (
+    GraphFaults,
+    TinyQwen3Config,
+    build_graph,
+    make_weights,
+    prefill_inputs,
+)
+from qnn_debug_testkit.tiny_tokenizer import decode, encode
 
 
 def _greedy(model: onnx.ModelProto, cfg: TinyQwen3Config, steps: int) -> list[int]:

@@ -14,12 +14,12 @@ from typer.testing import CliRunner
 from qnn_debug.cli import app
 from qnn_debug.errors import BadInputError
 from qnn_debug.llm.mnn_extras import read_mnn_extras
-from qnn_debug.llm.sized import LazyWeights
-from qnn_debug.llm.tiny_graph import VLText, build_graph, mrope_index
-from qnn_debug.llm.vl import VL_FAULTS, VLExport, VLExportRequest, build_vl_export, load_inputs
-from qnn_debug.llm.vl_inputs import vision_inputs
-from qnn_debug.llm.vl_sizes import preset, vl_sizes_from_hf_config
 from qnn_debug.mnn.model_reader import read_mnn_model
+from qnn_debug_testkit.sized import LazyWeights
+from qnn_debug_testkit.tiny_graph import VLText, build_graph, mrope_index
+from qnn_debug_testkit.vl import VL_FAULTS, VLExport, VLExportRequest, build_vl_export, load_inputs
+from qnn_debug_testkit.vl_inputs import vision_inputs
+from qnn_debug_testkit.vl_sizes import preset, vl_sizes_from_hf_config
 from vl_models import write_small_config
 
 VISUAL_IO = ["patches", "position_ids", "attention_mask", "idx_tensor", "weight_tensor"]

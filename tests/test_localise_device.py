@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from doubles.fake_phone import FakePhone, python_wrapper
-from qnn_debug.llm.tiny import TinyExportRequest, build_tiny_export, tiny_prefill
-from qnn_debug.llm.tiny_graph import TinyQwen3Config
+from qnn_debug_testkit.tiny import TinyExportRequest, build_tiny_export, tiny_prefill
+from qnn_debug_testkit.tiny_graph import TinyQwen3Config
 
 CLI = str(Path(sys.executable).parent / "qnn-debug")
 SEQ = 16

@@ -16,9 +16,15 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from qnn_debug.llm.tiny_graph import GraphFaults, TinyQwen3Config, build_graph, make_weights, prefill_inputs
 from qnn_debug.localise.bisect import BisectRequest, run_bisect
 from qnn_debug.localise.blocks import BlockRequest, run_blocks
+from qnn_debug_testkit.tiny_graph import (
+    GraphFaults,
+    TinyQwen3Config,
+    build_graph,
+    make_weights,
+    prefill_inputs,
+)
 
 SEQ = 32
 

@@ -1,6 +1,6 @@
 """Block localisation streams by block: weights left in the model's data file, blocks pointing into it, a budget.
 
-Models: the sized Qwen3 builder (``qnn_debug.llm.sized``) at two small widths, written as llmexport writes
+Models: the sized Qwen3 builder (``qnn_debug_testkit.sized``) at two small widths, written as llmexport writes
 large models (weights in ``llm.onnx.data``), with head_dim != hidden / heads as in real Qwen3.
 """
 
@@ -17,11 +17,11 @@ import pytest
 from onnx import TensorProto
 
 from qnn_debug.errors import BadInputError, MemoryBudgetError
-from qnn_debug.llm.sized import Qwen3Sizes, build_sized_decoder, sizes_from_hf_config
-from qnn_debug.llm.tiny_graph import GraphFaults
 from qnn_debug.localise.blocks import BlockRequest, run_blocks
 from qnn_debug.localise.external import open_lazy
 from qnn_debug.progress import Progress, ProgressEvent
+from qnn_debug_testkit.sized import Qwen3Sizes, build_sized_decoder, sizes_from_hf_config
+from qnn_debug_testkit.tiny_graph import GraphFaults
 
 SMALL = Qwen3Sizes(layers=3, hidden=128, heads=4, kv_heads=2, head_dim=64, intermediate=256, vocab=600)
 WIDER = Qwen3Sizes(layers=4, hidden=256, heads=8, kv_heads=4, head_dim=48, intermediate=512, vocab=800, seed=3)

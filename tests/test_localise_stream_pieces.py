@@ -2,7 +2,7 @@
 ``--max-memory``: opened without its weights, cut into pieces that point into the original data file, the
 baseline written unit by unit, and a unit that cannot fit refused with a typed error.
 
-Models: the sized Qwen3 builder (``qnn_debug.llm.sized``) at two small widths with external data, and an
+Models: the sized Qwen3 builder (``qnn_debug_testkit.sized``) at two small widths with external data, and an
 onnx.helper graph with ReduceSumSquare (the simulator refuses it; MNN's converter lowers it).
 """
 
@@ -20,11 +20,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qnn_debug import api
 from qnn_debug.errors import MemoryBudgetError
-from qnn_debug.llm.sized import Qwen3Sizes, build_sized_decoder
-from qnn_debug.llm.tiny_graph import GraphFaults
 from qnn_debug.localise.budget import PROCESS_BASE, block_cost
 from qnn_debug.localise.external import open_lazy, weight_bytes
 from qnn_debug.localise.pieces import plan_units
+from qnn_debug_testkit.sized import Qwen3Sizes, build_sized_decoder
+from qnn_debug_testkit.tiny_graph import GraphFaults
 
 SMALL = Qwen3Sizes(layers=3, hidden=128, heads=4, kv_heads=2, head_dim=64, intermediate=256, vocab=600)
 WIDER = Qwen3Sizes(layers=4, hidden=256, heads=8, kv_heads=4, head_dim=48, intermediate=512, vocab=800, seed=3)

@@ -1,6 +1,6 @@
 """Qwen3-VL localisation: both graphs, the four faults real ports make, found at their segment and op with the
 right kind, through the CLI (and one through the MCP client), on two sizes of two builders (this project's small
-VL graphs in ``vl_graphs`` and the VL export builder ``qnn_debug.llm.vl``); the rotary layout trials on their own.
+VL graphs in ``vl_graphs`` and the VL export builder ``qnn_debug_testkit.vl``); the rotary layout trials on their own.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from qnn_debug.compare.rotary_positions import alternatives, mrope_axes, table_alternatives
-from qnn_debug.llm.vl import VLExportRequest, build_vl_export
+from qnn_debug_testkit.vl import VLExportRequest, build_vl_export
 from vl_graphs import LARGER_D, LARGER_V, TINY_D, TINY_V, mrope_reindex, write_pair
 
 

@@ -94,7 +94,7 @@ def test_ppocr_det_names_the_deconvolution_that_drops_its_relu(host: list[str], 
 def test_a_decoder_block_mnn_refuses_gets_the_refusal_by_name(host: list[str], tmp_path: Path) -> None:
     from onnx import numpy_helper
 
-    from qnn_debug.llm.tiny_graph import TinyQwen3Config, build_graph, make_weights, prefill_inputs
+    from qnn_debug_testkit.tiny_graph import TinyQwen3Config, build_graph, make_weights, prefill_inputs
 
     cfg = TinyQwen3Config(layers=2, hidden=64, intermediate=128)
     w = make_weights(cfg)

@@ -17,10 +17,10 @@ import pytest
 
 from conftest import REPO, SHARED
 from doubles.fake_phone import python_wrapper
-from qnn_debug.llm.tiny import TinyExportRequest, build_tiny_export
-from qnn_debug.llm.tiny_graph import GraphFaults, TinyQwen3Config, build_graph, make_weights
 from qnn_debug.triage import triage_log
 from qnn_debug.workers import run_worker
+from qnn_debug_testkit.tiny import TinyExportRequest, build_tiny_export
+from qnn_debug_testkit.tiny_graph import GraphFaults, TinyQwen3Config, build_graph, make_weights
 
 _SHARED_REAL = SHARED / "fixtures" / "mnn-host-real"
 REAL = _SHARED_REAL if _SHARED_REAL.is_dir() else REPO / "tests" / "fixtures" / "mnn-host-real"
@@ -126,7 +126,7 @@ def _export_with_4_input_slices(out: Path, cfg: TinyQwen3Config) -> Path:
             del node.input[4]
     work = Path(tempfile.mkdtemp(dir=out.parent))
     onnx.save(graph, str(work / "m.onnx"))
-    run_worker("qnn_debug.llm.convert_worker", {"onnx": str(work / "m.onnx"), "out": str(out / "llm.mnn"), "work": str(work),
+    run_worker("qnn_debug_testkit.convert_worker", {"onnx": str(work / "m.onnx"), "out": str(out / "llm.mnn"), "work": str(work),
                                                 "ranges": None, "index_quant": False, "mul_from_operand": None,
                                                 "weight_bits": 8}, timeout=300, what="MNN converter")
     shutil.rmtree(work)

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from diagnose_cli import diagnose_cli
 from next_steps_check import check_steps
 from qnn_debug.cli import app
-from qnn_debug.llm.tiny_graph import TinyQwen3Config, build_graph, make_weights, prefill_inputs
+from qnn_debug_testkit.tiny_graph import TinyQwen3Config, build_graph, make_weights, prefill_inputs
 
 runner = CliRunner()
 

@@ -31,7 +31,7 @@ class BlockRequest(BaseModel):
     reference_model: Path | None = None
     inputs: Path | None = None  # the prefill inputs (.npz); default: seeded data of the model's static shapes
     # a VL vision encoder's patches from this image (resized to the model's grid); VL graphs without inputs get
-    # runtime-shaped ids, mask, idx/weight tensors and deepstack features (qnn_debug.llm.vl_inputs)
+    # runtime-shaped ids, mask, idx/weight tensors and deepstack features (qnn_debug_testkit.vl_inputs)
     image: Path | None = None
     shapes: dict[str, list[int]] = Field(default_factory=dict)
     seed: int = 0

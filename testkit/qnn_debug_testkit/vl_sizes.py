@@ -14,8 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from .. import fs
-from ..errors import BadInputError
+from qnn_debug import fs
+from qnn_debug.errors import BadInputError
+
 from .sized import Qwen3Sizes
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>")

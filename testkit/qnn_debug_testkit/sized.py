@@ -1,6 +1,6 @@
 """A Qwen3-shaped decoder at real sizes (0.6B/1.7B/4B widths), written with external data, never whole in memory.
 
-Why a second builder: the tiny one (:mod:`qnn_debug.llm.tiny_graph`) keeps every weight in a dict and
+Why a second builder: the tiny one (:mod:`qnn_debug_testkit.tiny_graph`) keeps every weight in a dict and
 the graph in one protobuf, which is fine at hidden 128 and impossible at hidden 2048 (a 2 GB protobuf
 limit, and the model twice in memory). Here each weight is made when the graph asks for it (seeded by
 its own name, so the clean and the faulty copies agree without storing anything), appended to one
@@ -27,8 +27,9 @@ import onnx
 from onnx import TensorProto, numpy_helper
 from pydantic import BaseModel, Field
 
-from .. import fs
-from ..errors import BadInputError
+from qnn_debug import fs
+from qnn_debug.errors import BadInputError
+
 from .tiny_graph import GraphFaults, build_graph
 
 DATA_FILE = "llm.onnx.data"

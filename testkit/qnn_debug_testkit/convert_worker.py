@@ -18,9 +18,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import TargetError
-from ..progress import Progress
-from .mnn_json import (
+from qnn_debug.errors import TargetError
+from qnn_debug.llm.mnn_json import (
     QuantEncoding,
     integer_index_tensors,
     rewrite_custom_ops,
@@ -28,6 +27,7 @@ from .mnn_json import (
     smooth_like,
     tensor_index,
 )
+from qnn_debug.progress import Progress
 
 
 def _convert(args: list[str], produced: Path, what: str) -> None:
@@ -79,6 +79,6 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
 
 def _peak_rss() -> int:
     """VmHWM of this process (its own peak since exec; ``ru_maxrss`` would carry the parent's from before exec)."""
-    from ..workers.entry import status_bytes
+    from qnn_debug.workers.entry import status_bytes
 
     return status_bytes("VmHWM")

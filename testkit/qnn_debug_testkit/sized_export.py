@@ -21,9 +21,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .. import fs
-from ..errors import BadInputError
-from ..progress import NULL_PROGRESS, Progress
+from qnn_debug import fs
+from qnn_debug.errors import BadInputError
+from qnn_debug.progress import NULL_PROGRESS, Progress
+
 from .sized import DATA_FILE, LazyWeights, Qwen3Sizes, _DataSink
 from .tiny import write_runtime_configs
 from .tiny_graph import GraphFaults, build_graph
@@ -54,7 +55,7 @@ def build_sized_export(out_dir: str | Path, sizes: Qwen3Sizes, *, weight_bits: L
                        quant_block: int = QUANT_BLOCK, faults: GraphFaults | None = None,
                        progress: Progress = NULL_PROGRESS) -> SizedExport:
     """Write the export folder (``out_dir`` new or empty); the fp32 ONNX is written and converted in scratch."""
-    from ..workers import run_worker
+    from qnn_debug.workers import run_worker
 
     sizes.check_grouped_heads()
     if quant_block < 0 or (quant_block and sizes.hidden % quant_block):
@@ -76,7 +77,7 @@ def build_sized_export(out_dir: str | Path, sizes: Qwen3Sizes, *, weight_bits: L
             g.write(model.SerializeToString())
         del model
         t1 = time.perf_counter()
-        result = run_worker("qnn_debug.llm.convert_worker",
+        result = run_worker("qnn_debug_testkit.convert_worker",
                             {"onnx": str(onnx_path), "out": str(out / "llm.mnn"), "work": str(work), "ranges": None,
                              "index_quant": False, "mul_from_operand": None, "weight_bits": weight_bits,
                              "quant_block": quant_block},

@@ -4,7 +4,7 @@ The folder holds what ``llmexport.py --export mnn`` leaves behind — ``llm.mnn`
 ``config.json``, ``export_args.json``, ``tokenizer.txt``, ``embeddings_bf16.bin`` — plus ``onnx/llm.onnx``,
 the same weights as a plain ONNX graph (MatMul/Softmax attention, static prefill length) that ONNX Runtime
 and the HTP simulator run. ``llm.mnn`` is made as llmexport makes it: ONNX with its custom ops → MNN's
-converter → JSON edits → converter again (``qnn_debug.llm.convert_worker``).
+converter → JSON edits → converter again (``qnn_debug_testkit.convert_worker``).
 
 Faults (each on its own copy; all deterministic):
 - ``unregistered_op``: layer ``fault_layer`` exported in the C4 form, so its rotary is MNN ``RoPE``
@@ -31,8 +31,9 @@ import numpy as np
 import onnx
 from pydantic import BaseModel, Field
 
-from ..errors import BadInputError
-from ..progress import NULL_PROGRESS, Progress
+from qnn_debug.errors import BadInputError
+from qnn_debug.progress import NULL_PROGRESS, Progress
+
 from .tiny_graph import DecoderSizes, GraphFaults, TinyQwen3Config, build_graph, make_weights, prefill_inputs
 from .tiny_tokenizer import write_tokenizer
 
@@ -92,7 +93,7 @@ def _calibrate(cfg: TinyQwen3Config, weights: dict[str, np.ndarray], faults: Gra
 def build_tiny_export(out_dir: str | Path, request: TinyExportRequest | None = None,
                       progress: Progress = NULL_PROGRESS) -> TinyExport:
     """Write the export folder (``out_dir`` must be new or empty) and return its description."""
-    from ..workers import run_worker
+    from qnn_debug.workers import run_worker
 
     req = request or TinyExportRequest()
     cfg = req.config
@@ -123,7 +124,7 @@ def build_tiny_export(out_dir: str | Path, request: TinyExportRequest | None = N
     mul_fault = ([f"/layers.{layer}/mlp/Mul_output_0", f"/layers.{layer}/mlp/up_proj/MatMul_output_0"]
                  if req.fault == "mul_encoding" else None)
     try:
-        result = run_worker("qnn_debug.llm.convert_worker",
+        result = run_worker("qnn_debug_testkit.convert_worker",
                             {"onnx": str(fused_path), "out": str(out / "llm.mnn"), "work": str(work),
                              "ranges": ranges, "index_quant": req.fault == "index_quant", "mul_from_operand": mul_fault,
                              "weight_bits": req.weight_bits},

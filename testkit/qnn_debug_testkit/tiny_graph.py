@@ -49,7 +49,7 @@ class TinyQwen3Config(BaseModel):
 
 
 class DecoderSizes(Protocol):
-    """What :func:`build_graph` reads of a config: the tiny one, or real sizes (``qnn_debug.llm.sized``)."""
+    """What :func:`build_graph` reads of a config: the tiny one, or real sizes (``qnn_debug_testkit.sized``)."""
 
     @property
     def layers(self) -> int: ...

@@ -40,10 +40,11 @@ import onnx
 from onnx import numpy_helper
 from pydantic import BaseModel, Field
 
-from .. import fs
-from ..errors import BadInputError
-from ..progress import NULL_PROGRESS, Progress
-from .check_vl import QWEN3_MIN_PIXELS
+from qnn_debug import fs
+from qnn_debug.errors import BadInputError
+from qnn_debug.llm.check_vl import QWEN3_MIN_PIXELS
+from qnn_debug.progress import NULL_PROGRESS, Progress
+
 from .sized import LazyWeights, _DataSink
 from .tiny import CHAT_TEMPLATE
 from .tiny_graph import VLText, build_graph
@@ -165,7 +166,7 @@ def _ort_run(path: str, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
 def build_vl_export(out_dir: str | Path, request: VLExportRequest | None = None,
                     progress: Progress = NULL_PROGRESS) -> VLExport:
     """Write the folder (``out_dir`` must be new or empty) and return its description."""
-    from ..workers import run_worker
+    from qnn_debug.workers import run_worker
 
     req = request or VLExportRequest()
     sizes = _sizes(req)
@@ -226,7 +227,7 @@ def build_vl_export(out_dir: str | Path, request: VLExportRequest | None = None,
         quantized: dict[str, int] = {}
         if req.mnn:
             for name, src in (("visual", vis_mnn_src), ("llm", llm_mnn_src)):
-                result = run_worker("qnn_debug.llm.convert_worker",
+                result = run_worker("qnn_debug_testkit.convert_worker",
                                     {"onnx": src, "out": str(out / f"{name}.mnn"), "work": str(work / name),
                                      "ranges": None, "index_quant": req.fault == "index_quant",
                                      "mul_from_operand": None, "weight_bits": req.weight_bits},
