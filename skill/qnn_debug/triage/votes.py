@@ -111,12 +111,12 @@ def collect_votes(scan: Scan) -> Collected:
         votes.append(Vote(h.category, STRUCTURE_VOTE, h.line, h.line, f"log structure ({h.rule}): {h.why} (source: {h.source})",
                            "structure", survived(h.text), crash=h.rule == "crash", text=h.text, rule=h.rule))
     if scan.export_tool.hit is not None:
-        line, text, tool = scan.export_tool.hit
-        votes.append(Vote(EXPORT_CATEGORY, EXPORT_TOOL_VOTE, line, line,
+        at, said, tool = scan.export_tool.hit
+        votes.append(Vote(EXPORT_CATEGORY, EXPORT_TOOL_VOTE, at, at,
                           f"a Python exception raised by MNN's {tool} script: the script refused its input (the export "
                           f"folder, its name, an argument or an installed package) before any QNN code ran",
-                          "signature", False, text=text, rule="export-tool"))
-        evidence.append(Evidence(line=line, text=text, signature="export-tool-error", category=EXPORT_CATEGORY))
+                          "signature", False, text=said, rule="export-tool"))
+        evidence.append(Evidence(line=at, text=said, signature="export-tool-error", category=EXPORT_CATEGORY))
     return Collected(votes, evidence, groups, struct_hits, scan.cases.hits())
 
 
