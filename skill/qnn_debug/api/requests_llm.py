@@ -13,7 +13,7 @@ from .request_base import DeviceFileName, DeviceFolder, Out, Request, Serial, ou
 class LlmCheckRequest(Request):
     """An llmexport folder (and optionally generate_llm_qnn.py's outputs) to check for the QNN LLM path."""
 
-    export_dir: Annotated[str, PathRole("dir"), Cli(positional=True), Field(
+    export_dir: Annotated[str, PathRole("dir", as_given=True), Cli(positional=True), Field(
         min_length=1, max_length=4096,
         description="The folder llmexport.py --export mnn wrote (llm.mnn, llm_config.json, ...)")]
     qnn_dir: Annotated[str | None, PathRole("dir"), Cli(flag="--qnn-dir"), Field(
