@@ -153,7 +153,7 @@ def parse_range_args(pairs: list[str] | None) -> dict[str, list[float]] | None:
 class FixRequest(Request):
     """A comparison whose verdict to fix: the fixed artefact is written next to the user's file and proven."""
 
-    result: Annotated[str, PathRole("any"), Cli(positional=True), Field(
+    result: Annotated[str, PathRole("any", as_given=True), Cli(positional=True), Field(
         min_length=1, max_length=4096, description="The verdict to fix: a diagnose --out folder, its report/ "
         "folder, a compare JSON file (compare --json FILE), or an llmexport folder / its llm-check JSON")]
     model: Annotated[str | None, PathRole("file"), Cli(flag="--model"), Field(
