@@ -87,16 +87,16 @@ def fix_folder_name(export_dir: str, before: Any, *, out: Path, soc_model: int, 
         keeps_all = isinstance(configs, list) and all(set(v.outputs) <= set(c["outputs"]) for c in configs)
         if isinstance(configs, list) and len(v.outputs) > 1 and not keeps_all:
             # generate_llm_qnn.py's input.json layout (makeVLIOJson), with every output of the encoder kept
-            script = [{"inputs": [{"name": n, "shape": list(shape)} for n, shape in c["inputs"].items()],
-                       "outputs": list(v.outputs)} for c in configs]
+            feeds = [[{"name": n, "shape": list(shape)} for n, shape in c["inputs"].items()] for c in configs]
+            script = [{"inputs": f, "outputs": list(v.outputs)} for f in feeds]
             written = fs.atomic_write_text(out / VISUAL_IO, fs.strict_json({"configs": script}, indent=2),
                                            what="visual IO config")
             artefacts.append(str(written))
-            fed = all({i["name"] for i in c["inputs"]} == set(v.inputs) for c in script)
+            fed = all({i["name"] for i in f} == set(v.inputs) for f in feeds)
             checks.append(ProofCheck(
                 name="the visual IO JSON feeds every visual.mnn input and keeps every output", passed=fed,
-                detail=f"{written}: inputs {[i['name'] for i in script[0]['inputs']]} against visual.mnn "
-                f"{list(v.inputs)}; outputs {script[0]['outputs']} (generate_llm_qnn.py's own config keeps "
+                detail=f"{written}: inputs {[i['name'] for i in feeds[0]]} against visual.mnn "
+                f"{list(v.inputs)}; outputs {list(v.outputs)} (generate_llm_qnn.py's own config keeps "
                 "image_embeds only, which cuts the deepstack mergers away)"))
             commands.append(f"python3 generate_llm_qnn.py {common} --model_name visual.mnn --external_file "
                             f"visual.mnn.weight --input_json {shlex.quote(str(written))} --reuse_config_qnn_json")
