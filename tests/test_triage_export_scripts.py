@@ -83,9 +83,21 @@ def test_a_script_error_of_mnns_tools_is_its_own_class_and_leads_to_llm_check(lo
     assert any(e.signature == "export-tool-error" for e in r.evidence)
 
 
+QNN_THROUGH_PYMNN = """running the model from python with the QNN backend:
+Traceback (most recent call last):
+  File "/home/u/app/run.py", line 20, in <module>
+    out = net.forward(x)
+  File "/usr/lib/python3.11/site-packages/MNN/nn/__init__.py", line 84, in forward
+    return self._forward(inputs)
+RuntimeError: QNN graph finalize failed, error code 1002
+"""
+
+
 def test_a_crash_before_the_traceback_keeps_its_category_and_an_own_script_stays_other() -> None:
     assert triage_log(text=CRASH_FIRST).category == "convert_segfault"
     assert triage_log(text=OWN_SCRIPT).category == "other"
+    # a QNN failure raised through MNN's Python package is that failure, not a script refusing its input
+    assert triage_log(text=QNN_THROUGH_PYMNN).category == "finalize_failed_1002"
 
 
 def test_cli_names_the_class_and_llm_check(tmp_path: Path) -> None:

@@ -26,6 +26,10 @@ _MNN_TOOL = re.compile(
     r"(?i)llm_?export(?:\.py)?|generate_llm_qnn|npu_convert\.py|testMNNFromOnnx|fastTestOnnx|testMNNFromT\w+\.py"
     r"|transformers[/\\](?:llm|diffusion)[/\\]export|mnn_converter\.py|site-packages[/\\]MNN[/\\]|_mnncengine"
     r"|\bMNNTools\b|\bpymnn\b|MNN[/\\]tools[/\\]script")
+# An exception whose own message reports a QNN/HTP failure (a status, a QNN API or enum, the DSP) is that failure
+# raised through MNN's Python package, not the script refusing its input: the other rules read it.
+_QNN_FAILURE = re.compile(r"\bQNN_[A-Z_]{3,}|\bQnn[A-Z]\w*_\w+|\bHTP\b|\b[cs]?DSP\b|fastrpc|graph ?finalize|graphExecute"
+                          r"|error code \d+|\b(?:1002|1003|3110|6000|6004|7004|14001)\b|\b0x[0-9a-fA-F]{3,8}\b", re.IGNORECASE)
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line \d+')
 _TRACEBACK = "Traceback (most recent call last)"
 MAX_MATCHES = 200  # exception lines looked at per chunk
@@ -45,6 +49,9 @@ class ExportToolScan:
             start = text.rfind("\n", 0, m.start()) + 1
             end = text.find("\n", m.end())
             line = text[start : end if end >= 0 else len(text)]
+            message = line[m.end() - start :]
+            if _QNN_FAILURE.search(message):
+                continue
             tool = _tool_of(line, _block_above(text, start), m.group("prog"))
             if tool:
                 self.hit = (base + text.count("\n", 0, start) + 1, line.strip()[:300], tool)
