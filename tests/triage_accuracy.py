@@ -241,6 +241,7 @@ if TYPE_CHECKING:
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CORPUS = FIXTURES / "triage_corpus"
 HELDOUT = FIXTURES / "triage_heldout"
+REPORTS9 = FIXTURES / "triage_reports9"  # round 9: fresh reports, tuning/ and heldout/ split before any change
 REPO = Path(__file__).resolve().parent.parent
 GOAL_IN_SAMPLE = 0.85
 GOAL_HELDOUT = 0.90
@@ -578,6 +579,8 @@ def main(argv: list[str]) -> int:
     step = _skill_step(held)
     if step:
         print(step)
+    print(_line("round 9 reports, tuning part (signatures may be written against it)", evaluate(REPORTS9 / "tuning")))
+    print(_line("round 9 reports, held-out part (never tuned on)", evaluate(REPORTS9 / "heldout")) + f"  (goal {GOAL_HELDOUT:.0%})")
     return 0 if top1(in_sample) >= GOAL_IN_SAMPLE else 1
 
 
