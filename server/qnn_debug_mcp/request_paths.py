@@ -97,7 +97,7 @@ def _resolve(ctx: Context, ws: Workspace, value: Any, role: PathRole, what: str)
                              "configured, and none is configured",
                              "ask the operator to restart the server with --exec-root DIR for your MNN/QNN builds")
         where = found
-    return str(where.resolve(value, what=what, kind=role.kind))
+    return str(where.resolve(value, what=what, kind=role.kind, keep_links=role.as_given))
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:

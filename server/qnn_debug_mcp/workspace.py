@@ -95,11 +95,13 @@ class Workspace:
     def contains(self, path: Path) -> bool:
         return any(_inside(path, r) for r in self.roots)
 
-    def resolve(self, raw: str, *, what: str, kind: PathKind = "any", must_exist: bool = True) -> Path:
+    def resolve(self, raw: str, *, what: str, kind: PathKind = "any", must_exist: bool = True,
+                keep_links: bool = False) -> Path:
         """The real path for a user-supplied path, or a ToolError saying why it is refused.
 
         Relative paths are looked up under each root in turn (first existing wins; for a new
-        output, the first root).
+        output, the first root). ``keep_links``: the checks are the same (on the real path), but the
+        path returned is the one given, made absolute, with its links kept (its own words matter).
         """
         if not raw or not raw.strip():
             raise tool_error(f"{what} is empty", f"pass a path inside the workspace ({self.describe()})")
@@ -136,7 +138,7 @@ class Workspace:
             raise tool_error(f"{what} {raw!r} is not a file", "pass a file, not a directory")
         if kind == "dir" and not stat.S_ISDIR(st.st_mode):
             raise tool_error(f"{what} {raw!r} is not a directory", "pass a directory")
-        return real
+        return Path(os.path.abspath(chosen)) if keep_links else real
 
     @staticmethod
     def _os_error(raw: str, what: str, e: OSError) -> Exception:

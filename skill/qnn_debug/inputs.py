@@ -22,6 +22,7 @@ from .errors import BadInputError
 from .runstore import InputInfo, TensorSpec, sha256_arrays
 from .shape_args import parse_shape_args  # noqa: F401  (re-exported)
 
+DUMP_MIN_EXTRA = 3  # extra tensors that make an inputs .npz a tensor dump (fewer: an unknown key is an error)
 MAX_INPUT_BYTES = 256 << 20  # one input array of a model with dynamic shapes; static ones get their exact size
 
 if TYPE_CHECKING:
@@ -171,13 +172,14 @@ def load_npz(path: str | os.PathLike[str], specs: list[TensorSpec], shapes: dict
     p = fs.check(path, what="inputs", must_exist=False)
     if not p.exists():
         raise BadInputError(f"input file {p} does not exist", hint="pass an .npz written by numpy.savez (keys = input names)")
+    dump_note = None
     if p.is_dir():
         if not is_testdir(p):
             raise BadInputError(f"input path {p} is a directory",
                                 hint="pass the .npz file itself, or an MNN test dir (input.json + <input name>.txt)")
         data = _read_testdir(p, specs)
     else:
-        data = _read_npz(p, specs)
+        data, dump_note = _read_npz(p, specs)
     want = {s.name for s in specs}
     missing = [s.name for s in specs if s.name not in data]
     extra = sorted(set(data) - want)
@@ -191,7 +193,7 @@ def load_npz(path: str | os.PathLike[str], specs: list[TensorSpec], shapes: dict
             f"{p} does not match the model's inputs: {'; '.join(parts)}",
             hint=f"the .npz keys must be exactly the model's input names: {', '.join(s.name for s in specs)}",
         )
-    warnings: list[str] = []
+    warnings: list[str] = [dump_note] if dump_note else []
     out: dict[str, np.ndarray] = {}
     for spec in specs:
         arr = data[spec.name]
@@ -233,18 +235,36 @@ def _input_bytes(spec: TensorSpec) -> int | None:
     return n
 
 
-def _read_npz(p: Path, specs: list[TensorSpec]) -> dict[str, np.ndarray]:
-    """The arrays of an inputs ``.npz``, each checked against the model's input size before decompression."""
+def _read_npz(p: Path, specs: list[TensorSpec]) -> tuple[dict[str, np.ndarray], str | None]:
+    """The arrays of an inputs ``.npz``, each checked against the model's input size before decompression.
+
+    A plain tensor dump (every input of the model and other tensors, keyed by ONNX names) gives its inputs: the run
+    sees what the dumped one saw, and the note says how its other tensors are compared (``qnn-debug compare``)."""
     expected = {s.name: b for s in specs if (b := _input_bytes(s)) is not None}
 
-    from .npz_safe import kind_of
+    from .npz_safe import check_npz, kind_of, open_npz
     from .npz_safe import load_npz as load_checked
 
     kind = kind_of(p)
     if kind != "npz":
         raise BadInputError(f"{p} is a single .npy array, not an .npz archive" if kind == "npy"
                             else f"{p} is not a readable .npz file", hint="save with numpy.savez(path, **{input_name: array})")
-    return dict(load_checked(p, max_member_bytes=MAX_INPUT_BYTES, expected_bytes=expected))
+    names = [s.name for s in specs]
+    members = check_npz(p, expected_bytes=expected)  # headers only: a dump's other tensors are not read
+    extra = len(members) - len(names)
+    # a dump holds many tensors beyond the inputs; one or two extra keys are more likely a misspelt input: refused
+    if set(names) <= set(members) and extra >= max(DUMP_MIN_EXTRA, len(names)):
+        big = [n for n in names if members[n].nbytes > MAX_INPUT_BYTES]
+        if big:
+            raise BadInputError(f"{p}: input {big[0]} holds {members[big[0]].nbytes} bytes, over {MAX_INPUT_BYTES}",
+                                hint="pass inputs of the model's own shapes")
+        with open_npz(p, expected_bytes=expected) as npz:
+            data = {n: npz[n] for n in names}
+        note = (f"{p.name} is a tensor dump ({extra} tensors besides the model's {len(names)} "
+                f"inputs): only its inputs are used here; to compare its tensors with the CPU reference, run "
+                f"`qnn-debug baseline MODEL --inputs {p}` then `qnn-debug compare BASELINE {p}`")
+        return data, note
+    return dict(load_checked(p, max_member_bytes=MAX_INPUT_BYTES, expected_bytes=expected)), None
 
 
 def _read_testdir(p: Path, specs: list[TensorSpec]) -> dict[str, np.ndarray]:

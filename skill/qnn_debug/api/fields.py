@@ -26,10 +26,13 @@ PathKind = Literal["file", "dir", "any"]
 
 @dataclass(frozen=True)
 class PathRole:
-    """The field holds a host path of ``kind``; ``role`` says which folders it may come from."""
+    """The field holds a host path of ``kind``; ``role`` says which folders it may come from. ``as_given``: the
+    operation reads the path's own words (generate_llm_qnn.py guesses the model family from its --model string), so
+    the server confines the real path but passes on the path as given (links kept, made absolute)."""
 
     kind: PathKind = "any"
     role: Literal["in", "out", "exec"] = "in"
+    as_given: bool = False
 
 
 @dataclass(frozen=True)

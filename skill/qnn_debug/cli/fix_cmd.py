@@ -32,12 +32,16 @@ def human(r: Any, request: Any) -> None:
                    f"{s.bound_source}: worst case {s.worst_case_max}, sample {s.sample_max}, after {s.after_max}")
     for c in r.proof:
         typer.echo(f"  [{'pass' if c.passed else 'FAIL'}] {c.name}: {c.detail}")
-    for line in (_numbers("before", r.before), _numbers("after", r.after)):
-        typer.echo(line)
+    if r.before is not None or r.after is not None:  # an export folder's fix has no numbers to show
+        for line in (_numbers("before", r.before), _numbers("after", r.after)):
+            typer.echo(line)
     if r.findings_before:
-        typer.echo(f"llm-check findings before: {', '.join(r.findings_before)}; after: {', '.join(r.findings_after) or 'none'}")
+        after = (", ".join(r.findings_after) or "none") if r.proof else "not re-checked here (run the lines below, then llm-check)"
+        typer.echo(f"llm-check findings before: {', '.join(r.findings_before)}; after: {after}")
     for line in r.commands:
         typer.echo(f"  run: {line}")
+    for note in r.command_notes:
+        typer.echo(f"    value: {note}")
     for n in r.not_proven:
         typer.echo(f"not proven here: {n}")
     if r.case_file:

@@ -36,6 +36,8 @@ def human_blocks(result: Any, request: Any) -> None:
             state = f"worst excess {w.excess_db} dB"
         typer.echo(f"  {where:<14} {'BAD ' if b.bad else 'good'} {state}")
     typer.echo(f"verdict {result.verdict}: {result.summary}")
+    for w in result.warnings:
+        typer.echo(f"note: {w}")
     for step in result.next_steps:
         typer.echo(f"next: {step.cli}    # {step.why}")
 

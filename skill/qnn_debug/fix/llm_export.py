@@ -17,9 +17,10 @@ from typing import Any
 
 from .. import fs
 from ..errors import BadInputError
-from ..mnn.soc import arch_for
+from ..mnn.soc import DEFAULT_SOC, arch_for, default_soc_help
 from ..next_step import NextStep
 from ..progress import Progress
+from .llm_folder_name import SCRIPT_DEFAULT_SIZE, needs_folder_fix
 from .models import FixResult, ProofCheck
 
 GRAPH_FINDING = "quant_on_integer_tensor"
@@ -53,9 +54,31 @@ def commands(folder: Any, soc_model: int) -> list[str]:
     flags = " --smooth" if args.get("smooth") else " --omni" if args.get("omni") else ""
     arch = arch_for(soc_model)
     d = shlex.quote(str(folder.dir))
-    return [f"python3 llmexport.py --path {src} --export mnn --dst_path {d} --generate_for_npu{flags}",
-            f"python3 generate_llm_qnn.py --model {d} --soc_id {soc_model} --dsp_arch v{arch or '$ARCH'} "
-            '--mnn_path "$MNN_BUILD"']
+    gen = f"python3 generate_llm_qnn.py --model {d} --soc_id {soc_model} --dsp_arch v{arch or '$ARCH'} --mnn_path \"$MNN_BUILD\""
+    lines = [f"python3 llmexport.py --path {src} --export mnn --dst_path {d} --generate_for_npu{flags}", gen]
+    if _is_vl(folder):
+        lines.append(f"{gen} --model_name visual.mnn --image_sizes {SCRIPT_DEFAULT_SIZE} --reuse_config_qnn_json")
+    return lines
+
+
+def command_notes(folder: Any, soc_model: int) -> list[str]:
+    """Where each value of :func:`commands`' lines comes from: the folder, a default, or a placeholder to set."""
+    args = folder.export_args or {}
+    notes = [f"--soc_id {soc_model} --dsp_arch v{arch_for(soc_model) or '$ARCH'}: "
+             + (f"qnn-debug's default SoC ({default_soc_help()}), not read from your phone: give fix --soc N for yours "
+                "(generate_llm_qnn.py itself has no default for either)" if soc_model == DEFAULT_SOC
+                else f"from --soc {soc_model}"),
+             '--mnn_path "$MNN_BUILD": set MNN_BUILD to your MNN build folder (generateIO, compilefornpu)',
+             ("--path: from the folder's export_args.json" if args.get("path") else
+              '--path "$HF_MODEL_DIR": export_args.json does not name it: set HF_MODEL_DIR to the Hugging Face folder')]
+    if _is_vl(folder):
+        notes.append(f"--image_sizes {SCRIPT_DEFAULT_SIZE}: generate_llm_qnn.py's default; list every size your app feeds "
+                     "(the encoder is compiled per size)")
+    return notes
+
+
+def _is_vl(folder: Any) -> bool:
+    return (Path(folder.dir) / "visual.mnn").is_file() or bool((folder.llm_config or {}).get("is_visual"))
 
 
 def fix_llm_export(path: str, *, out: Path, soc_model: int, timeout: float, progress: Progress) -> FixResult:
@@ -76,7 +99,13 @@ def fix_llm_export(path: str, *, out: Path, soc_model: int, timeout: float, prog
     in_llm = [f for f in before.findings if f.id == GRAPH_FINDING and f.graph in (None, MODEL_FILE)]
     other_graphs = sorted({f.graph for f in before.findings if f.id == GRAPH_FINDING and f.graph not in (None, MODEL_FILE)})
     base: dict[str, Any] = dict(kind="llm_export", verdict="llm-check: " + (", ".join(ids) or "no error findings"),
-                                out=str(out), commands=lines, next_steps=steps, findings_before=ids_before)
+                                out=str(out), commands=lines, next_steps=steps, findings_before=ids_before,
+                                command_notes=command_notes(folder, soc_model))
+    if not in_llm and needs_folder_fix(before.findings):
+        from .llm_folder_name import fix_folder_name
+
+        named = {k: v for k, v in base.items() if k not in ("commands", "next_steps", "command_notes")}
+        return fix_folder_name(export_dir, before, out=out, soc_model=soc_model, base=named)
     if not in_llm:
         return FixResult(**base, summary=f"No finding in llm.mnn itself to edit; re-export and regenerate with the "
                          f"commands below ({why}).", not_proven=["a re-export changes the model: run the commands, "

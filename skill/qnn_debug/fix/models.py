@@ -67,6 +67,7 @@ class FixResult(BaseModel):
     input_range_source: str | None = None  # "declared" or "sample" (min..max of the sample input)
     out: str | None = None  # proof runs
     commands: list[str] = Field(default_factory=list)  # llm_export: re-export / generate_llm_qnn.py lines, as run
+    command_notes: list[str] = Field(default_factory=list)  # llm_export: where each value of those lines comes from
     findings_before: list[str] = Field(default_factory=list)  # llm_export: llm-check finding ids
     findings_after: list[str] = Field(default_factory=list)
     mnn_models: dict[str, str] = Field(default_factory=dict)  # fused_activation: the .mnn converted before/after

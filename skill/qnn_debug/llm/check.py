@@ -30,6 +30,7 @@ from .check_vl import (
     DEFAULT_IMAGE_SIZES,
     is_vl,
     parse_image_sizes,
+    script_path,
     visual_missing,
     visual_model_path,
     vl_findings,
@@ -285,7 +286,7 @@ def _settings_findings(st: ExportSettings, folder: ExportFolder, model: MnnModel
 
 
 def _family_findings(st: ExportSettings, folder: ExportFolder) -> list[Finding]:
-    path = str(Path(folder.dir).resolve())
+    path = script_path(folder)
     mt = (st.model_type or "").lower()
     is_35 = mt.startswith("qwen3_5")
     is_vl = mt in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
@@ -301,11 +302,12 @@ def _family_findings(st: ExportSettings, folder: ExportFolder) -> list[Finding]:
     return [Finding(
         id="family_from_folder_name", step=1, severity="error",
         title="generate_llm_qnn.py would guess the wrong model family from this folder's path",
-        evidence=[*problems, f"path: {path}"],
+        evidence=[*problems, f"path: {path}" + (f" (a link to {folder.dir})" if path != folder.dir else "")],
         consequence=("the IO config gets the wrong position_ids / attention_mask shapes (3-row M-RoPE ids, deepstack "
                      "input, 5-D masks): generateIO or compilefornpu fails, or the graphs are built for the wrong shapes"),
         remedy=("rename (or symlink) the folder so its path states the family as generate_llm_qnn.py expects "
-                "('Qwen3.5' for qwen3_5, 'Qwen' and 'VL' for Qwen-VL), or make sure it contains neither for a text-only model"),
+                "('Qwen3.5' for qwen3_5, 'Qwen' and 'VL' for Qwen-VL), or make sure it contains neither for a text-only model; "
+                "the script reads its --model string as typed, so pass it that path (a relative '.' names nothing)"),
         sources=[S.FAMILY_GUESS.cite()])]
 
 

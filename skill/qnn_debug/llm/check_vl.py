@@ -34,6 +34,11 @@ def is_vl(folder: ExportFolder) -> bool:
         or "visual.mnn" in folder.files
 
 
+def script_path(folder: ExportFolder) -> str:
+    """The folder's path as generate_llm_qnn.py would read it: as given (links kept), not where links lead."""
+    return folder.given_dir or folder.dir
+
+
 def visual_model_path(folder: ExportFolder) -> Path:
     """Where the runtime looks for the encoder: ``visual_model`` in config.json, default ``visual.mnn``."""
     rel = str((folder.config or {}).get("visual_model", "visual.mnn"))
@@ -274,7 +279,7 @@ def visual_missing(folder: ExportFolder, path: Path) -> Finding:
 def vl_findings(folder: ExportFolder, llm: MnnModel, visual: MnnModel | None,
                 sizes: list[tuple[int, int]]) -> tuple[list[IoRow], list[int], list[Finding]]:
     """IO configs of both conversions, runtime inputs and image sizes (the graphs' op checks are check.py's)."""
-    path = str(Path(folder.dir).resolve())
+    path = script_path(folder)
     rows, found = _llm_io(folder, llm, path)
     seqs: list[int] = []
     if visual is not None:

@@ -10,6 +10,7 @@ QNN plugin op per NPU graph, ``graphllm<n>.bin``) and ``config_qnn.json`` in the
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,10 @@ class QnnOutputs(BaseModel):
 
 
 class ExportFolder(BaseModel):
-    dir: str
+    dir: str  # the real folder (links resolved): what is read
+    given_dir: str = Field(default="", description=(
+        "the folder as given, made absolute with its links kept: generate_llm_qnn.py guesses the model family from "
+        "its --model string, so a folder linked under the right name is read under that name"))
     files: list[str]
     config: dict[str, Any] | None = None
     llm_config: dict[str, Any] | None = None
@@ -89,7 +93,7 @@ def read_export(export_dir: str | Path) -> ExportFolder:
     if not model.is_file():
         raise BadInputError(f"{root} has no {model_rel}", hint="pass the folder llmexport.py --export mnn wrote (it holds llm.mnn and llm_config.json)")
     weight_rel = str((config or {}).get("llm_weight", model_rel + ".weight"))
-    return ExportFolder(dir=str(root), files=files, config=config, llm_config=llm_config,
+    return ExportFolder(dir=str(root), given_dir=os.path.abspath(export_dir), files=files, config=config, llm_config=llm_config,
                         export_args=_json(root / "export_args.json"), config_qnn=_json(root / "config_qnn.json"),
                         model_path=str(model), weight_present=_inside(root, weight_rel, "llm_weight").is_file())
 

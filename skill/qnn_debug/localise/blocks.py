@@ -63,7 +63,7 @@ def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
                                  missing=missing, not_judged=skipped.get(k, "")))
     result = BlockResult(out=str(out), model=str(request.model), graph=graph_kind(cut.reference.model),
                          blocks=checks, verdict="ok", summary="", fp16_range=rng, timings=timings,
-                         warnings=list(response.get("lowered") or []))
+                         warnings=[*cut.notes, *(response.get("lowered") or [])])
     bad = next((c for c in checks if c.bad), None)
     result.first_failing_block = bad
     if bad is not None:

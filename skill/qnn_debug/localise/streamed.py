@@ -50,6 +50,7 @@ class StreamedCut:
     op_types: dict[str, str]
     timings: dict[str, float] = field(default_factory=dict)
     missing: list[list[str]] = field(default_factory=list)  # per segment: reference outputs the target never makes
+    notes: list[str] = field(default_factory=list)  # what reading the inputs said (a tensor dump given as inputs)
 
     @property
     def sent(self) -> list[int]:
@@ -75,7 +76,7 @@ def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
     if not layers:
         raise BadInputError("the model's node names carry no decoder layer index (/layers.N/ or /blocks.N/)",
                             hint="block localisation needs an LLM export; use `qnn-debug bisect` for other models")
-    feeds = vl_or_prepared(reference.model, request)
+    feeds, notes = vl_or_prepared(reference.model, request)
     spans = [(layers[i], layers[min(i + request.layers_per_block, len(layers)) - 1])
              for i in range(0, len(layers), request.layers_per_block)]
     ref_layers = [block(reference.model, a, b) for a, b in spans]
@@ -121,7 +122,7 @@ def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
     missing = [[o for o in rb.outputs if o not in target_made and o in wanted] for rb in ref_blocks]
     op_types = {o: n.op_type for n in reference.model.graph.node for o in n.output}
     return StreamedCut(target, reference, ref_blocks, tgt_blocks, [p.name for p in plan], values, types, shapes,
-                       outs_per_block, rng, op_types, timings, missing)
+                       outs_per_block, rng, op_types, timings, missing, notes)
 
 
 def _fill_target_reads(reference: LazyModel, target: LazyModel, tgt_blocks: list[Block], values: dict[str, Any],
@@ -168,8 +169,9 @@ def _until_known(model: onnx.ModelProto, name: str, known: dict[str, Any],
     return block_model(model, Block(-1, -1, seg.positions, seg.inputs, [name]), shapes)
 
 
-def vl_or_prepared(model: onnx.ModelProto, request: Any) -> dict[str, Any]:
-    """The feeds: the user's (npz or test dir), a VL graph's as the runtime builds them, or seeded data."""
+def vl_or_prepared(model: onnx.ModelProto, request: Any) -> tuple[dict[str, Any], list[str]]:
+    """The feeds: the user's (npz or test dir), a VL graph's as the runtime builds them, or seeded data; and what
+    reading them said (a tensor dump given as inputs: only its inputs are used)."""
     from ..inputs import prepare_inputs
     from ..llm.vl_feeds import vl_feeds
     from ..onnx_graph import graph_inputs
@@ -181,11 +183,11 @@ def vl_or_prepared(model: onnx.ModelProto, request: Any) -> dict[str, Any]:
 
             prepared = prepare_inputs(graph_inputs(model), inputs=save_npz(Path(request.out) / "vl_inputs.npz", built),
                                       shapes=request.shapes or None, seed=request.seed)
-            return prepared.arrays
+            return prepared.arrays, []
     elif getattr(request, "image", None) is not None:
         raise BadInputError("give --inputs or --image, not both", hint="keep one of them")
-    return saturate_masks(prepare_inputs(graph_inputs(model), inputs=request.inputs, shapes=request.shapes or None,
-                                         seed=request.seed).arrays)
+    prepared = prepare_inputs(graph_inputs(model), inputs=request.inputs, shapes=request.shapes or None, seed=request.seed)
+    return saturate_masks(prepared.arrays), list(prepared.warnings)
 
 
 def saturate_masks(feeds: dict[str, Any]) -> dict[str, Any]:

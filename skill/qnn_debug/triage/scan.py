@@ -16,6 +16,7 @@ from .backtrace import Frame, parse_frames
 from .call_sites import CallSite, call_site
 from .cases import CaseMatcher
 from .commands import STEP_MARKERS, CommandLine, find_commands
+from .export_tool import ExportToolScan
 from .outside import OutsideScan
 from .signatures import Signature, SignatureDB
 from .similar import SimilarFeed
@@ -70,6 +71,7 @@ class Scan:
     call_sites: list[CallSite] = field(default_factory=list)
     similar: SimilarFeed = field(default_factory=SimilarFeed)
     outside: OutsideScan = field(default_factory=OutsideScan)
+    export_tool: ExportToolScan = field(default_factory=ExportToolScan)
 
 
 def scan_chunks(scan: Scan, chunks: Iterator[bytes]) -> None:
@@ -97,6 +99,7 @@ def scan_chunks(scan: Scan, chunks: Iterator[bytes]) -> None:
         text = _blank_noise(scan, text, base, present)
         scan.similar.feed(text)
         scan.outside.feed(text, base)
+        scan.export_tool.feed(text, base)
         scan.structure.feed(text, base)
         for lit in context_literals - scan.context_seen:
             if (ascii_only and not lit.isascii()) or lit.encode("utf-8") not in raw:

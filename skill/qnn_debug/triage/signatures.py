@@ -34,6 +34,7 @@ CATEGORIES: tuple[str, ...] = (
     "dump_path_error_7004",
     "vtcm_or_memory",
     "build_error",
+    "export_script_error",
     "other",
 )
 

@@ -19,6 +19,9 @@ from .signatures import Signature
 from .structure import StructHit, rules
 from .weights import (
     CRASH_AFTER_ERROR_FACTOR,
+    EXPORT_AFTER_FAILURE_FACTOR,
+    EXPORT_LINE_FACTOR,
+    EXPORT_TOOL_VOTE,
     OUTSIDE_FACTOR,
     OUTSIDE_VOTE,
     STRUCTURE_VOTE,
@@ -107,6 +110,13 @@ def collect_votes(scan: Scan) -> Collected:
     for h in struct_hits:
         votes.append(Vote(h.category, STRUCTURE_VOTE, h.line, h.line, f"log structure ({h.rule}): {h.why} (source: {h.source})",
                            "structure", survived(h.text), crash=h.rule == "crash", text=h.text, rule=h.rule))
+    if scan.export_tool.hit is not None:
+        at, said, tool = scan.export_tool.hit
+        votes.append(Vote(EXPORT_CATEGORY, EXPORT_TOOL_VOTE, at, at,
+                          f"a Python exception raised by MNN's {tool} script: the script refused its input (the export "
+                          f"folder, its name, an argument or an installed package) before any QNN code ran",
+                          "signature", False, text=said, rule="export-tool"))
+        evidence.append(Evidence(line=at, text=said, signature="export-tool-error", category=EXPORT_CATEGORY))
     return Collected(votes, evidence, groups, struct_hits, scan.cases.hits())
 
 
@@ -125,8 +135,33 @@ def weigh_votes(scan: Scan, votes: list[Vote]) -> bool:
     for v in votes:
         if v.kind == "structure":
             v.weight *= struct_weight
+    _weigh_export_tool(votes)
     _weigh_words(votes, db.min_score, db.words_outrank)
-    return _weigh_outside(votes, scan.outside.hit)
+    # MNN's own script names MNN, so its error is not one outside QNN and MNN (rule 4 stands back)
+    return _weigh_outside(votes, None if scan.export_tool.hit is not None else scan.outside.hit)
+
+
+EXPORT_CATEGORY = "export_script_error"
+
+
+def _weigh_export_tool(votes: list[Vote]) -> None:
+    """Rule 1 for a script's Python exception: a crash or a QNN failure printed before it is its cause (a
+    ``RuntimeError: compilefornpu failed`` after a segfault only reports the crash) and keeps the label; otherwise the
+    exception is what stopped the run, and other readings of its own line (the wrapper's words) weigh little."""
+    tool = next((v for v in votes if v.rule == "export-tool"), None)
+    if tool is None:
+        return
+    before = [v for v in votes if v is not tool and v.kind not in ("words", "hint") and not v.survived
+              and v.category not in (EXPORT_CATEGORY, "other") and v.line < tool.line
+              and (v.crash or v.kind != "structure" or _ERROR_LEVEL.search(v.text) or _LOGGISH.match(v.text))]
+    if before:
+        tool.weight *= EXPORT_AFTER_FAILURE_FACTOR
+        tool.reason += f" [a failure printed before it (line {before[0].line}, {before[0].category}) is its cause]"
+        return
+    for v in votes:
+        if v is not tool and v.kind != "words" and v.category != EXPORT_CATEGORY and v.line == tool.line:
+            v.weight *= EXPORT_LINE_FACTOR
+            v.reason += " [the line is a Python exception of an MNN script, which names the failure]"
 
 
 def _weigh_by_the_rule_book(votes: list[Vote]) -> None:

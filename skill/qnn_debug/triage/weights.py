@@ -32,6 +32,9 @@ STOPPED_WEIGHT = 3.0  # an export/convert log that stops without an end marker o
 SURVIVED_FACTOR = 0.3  # weight left to a warning-level hit once a later failure of another category stopped the run
 CRASH_AFTER_ERROR_FACTOR = 0.5  # weight left to a crash that follows a clear error of another category
 WORDS_AGAINST_LOG_FACTOR = 0.5  # weight left to the reporter's words when the log's own lines already name a failure
+EXPORT_TOOL_VOTE = 8.0  # a Python exception raised by one of MNN's export/conversion scripts (export_script_error)
+EXPORT_AFTER_FAILURE_FACTOR = 0.2  # weight left to it when a crash or QNN failure printed before it is its cause
+EXPORT_LINE_FACTOR = 0.2  # weight left to other readings of the exception line itself (the script's wrapper words)
 OUTSIDE_FACTOR = 0.5  # weight left to words and structure once the log's failing lines are a script error outside QNN
 
 # --- confidence: (1 - exp(-top / CONFIDENCE_SCALE)) * top / (top + runner-up), capped by the basis
