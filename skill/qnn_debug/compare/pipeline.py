@@ -35,6 +35,7 @@ from .model_diff import ModelDifference, NodeDifference, describe, model_differe
 from .options import CompareOptions
 from .pattern_stage import find_patterns
 from .probe_args import probe_args
+from .rail import mark_rows
 from .rows import PREFETCH_AHEAD, measure
 from .schema import CompareResult, FirstFailing
 from .top1 import top1_agreement
@@ -183,6 +184,7 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
     decision = name_on_target(decision, target, located.ops, located.graph_tensors(measured.rows))
     decision = note_unchecked(decision, located.suspects, len(rerun.findings))
     decision = mark_first_failing(decision, measured.all_rows, th)
+    mark_rows(measured.all_rows, patterns.rail)
     difference = model_difference(model, model_path, target)
     here = _name_op_that_ran(decision.first, difference)
     # 7. wording

@@ -310,6 +310,7 @@ def _pattern_words(pattern: str, best: Trial | None) -> str:
         "rotary_layout": f"the output is reproduced by a rotary embedding with {best.variant}",
         "scale_shift": f"{best.variant}",
         "constant": f"its output is constant ({best.variant})",
+        "missing_op": f"the output is reproduced with {best.variant}",
     }.get(pattern, best.variant)
 
 
@@ -492,19 +493,27 @@ def fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
         why = {"L2-norm": "x / ||x|| is unchanged when x is scaled",
                "RMSNorm": "x / rms(x) is unchanged when x is scaled (scale eps by the square of the factor)",
                "LayerNorm": "(x - mean) / std is unchanged when x is scaled (scale eps by the square of the factor)",
-               "Softmax input": "softmax(x - max(x)) equals softmax(x), and the shifted logits stay small"}[str(construct)]
+               }[str(construct)]
         remedies.append(f"Rescale by a power of two around the scale-invariant {construct}: {_rescale_place(ev, scale)} "
                         f"({shrink}{largest} to about {after:.3g}, {_headroom(after)} inside fp16's 65504 for "
                         f"these inputs: size it on your largest input), then diagnose the edited model; why: {why}, "
                         f"and a power of two is exact in fp16, so nothing else changes.")
+    elif ev.get("shift_invariant"):
+        remedies.append(f"Shift, do not rescale: `{tensor}` feeds a Softmax, which is shift-invariant "
+                        f"(softmax(x - c) equals softmax(x)) but not scale-invariant; subtract the row maximum before "
+                        f"{op}, or write a finite mask value that keeps `{tensor}` inside ±65504 (e.g. -1e4 instead of "
+                        f"{ref_max:.3g}), then diagnose the edited model; why: the Softmax only sees differences "
+                        f"between logits, so a shift changes nothing it computes.")
     else:
         remedies.append(f"Rescale by a power of two: multiply {where} by {scale} and undo it after the value is back "
                         f"in range (`{tensor}` reaches {ref_max:.3g}; fp16 holds 65504, HTP saturates at 131008), "
                         f"then diagnose the edited model; why: a power of two is exact in fp16, so only the range "
                         f"changes.")
-    remedies.append(f"Or move the reduction earlier: average instead of summing (ReduceMean, or divide by the count "
-                    f"before {op}) so partial results stay in range, then diagnose the edited model; why: a sum of N "
-                    f"squares grows N times faster than its mean, and the mean is what the normalisation needs.")
+    if ev.get("reduction", True):  # only a sum over many values has a mean to move to
+        what = "a sum of N squares" if squaring else "a sum of N terms"
+        remedies.append(f"Or move the reduction earlier: average instead of summing (ReduceMean, or divide by the "
+                        f"count before {op}) so partial results stay in range, then diagnose the edited model; why: "
+                        f"{what} grows N times faster than its mean, and the mean is what the normalisation needs.")
     remedies.append(f"Or keep this region off the NPU (run {op} and its normalisation on CPU, split the graph there), "
                     "then diagnose the edited model; why: MNN's precision=High does not help — on HTP the QNN graph is "
                     "fp16 either way (graph precision FLOAT16; the offline path sets fp16_relaxed_precision), so only "
