@@ -9,9 +9,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..runstore import Run
+from . import patterns_missing as _patterns_missing  # noqa: F401  (registers missing_op)
 from .localise import Located
 from .overflow import find_overflow, reference_maxima
-from . import patterns_missing as _patterns_missing  # noqa: F401  (registers missing_op)
 from .patterns import run_tests
 from .quant_detect import find_range_clip
 from .rail import Harmless, RailJudge

@@ -32,7 +32,7 @@ def missing_ops(ctx: PatternContext) -> list[Trial]:
             if kept in ctx.run.index.initializers:
                 continue  # an op that left a constant in its place is not a dropped op
             passed = helper.make_node("Identity", [kept], list(node.output), name=node.name)
-            edited = nodes[:i] + [passed] + nodes[i + 1:]
+            edited = [*nodes[:i], passed, *nodes[i + 1:]]
             t = ctx.trial("missing_op", f"{node.name} ({node.op_type}) missing in the target: `{kept}` passes "
                           f"through in its place", nodes=edited,
                           details={"node": node.name, "op_type": node.op_type, "passed_through": kept,
