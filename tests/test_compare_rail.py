@@ -25,18 +25,22 @@ OTHERS = [Graph("larger decoder", "llm", replace(LARGER_D, layer_tables=True), f
                                                     sections=(8, 8, 8), layer_tables=True), fault_block=2)]
 
 
-def _cases(graphs: list[Graph], masks: list[tuple[str, str, float]]) -> list[object]:
+def _cases(graphs: list[Graph], masks: list[tuple[str, str, float]], *marks: pytest.MarkDecorator) -> list[object]:
     out: list[object] = []
     for g in graphs:
         for label, kind, fill in masks:
-            out.append(pytest.param(g, kind, fill, None, None, "none", id=f"{g.label}-{label}-healthy"))
+            out.append(pytest.param(g, kind, fill, None, None, "none", id=f"{g.label}-{label}-healthy", marks=marks))
             for fault, op, pattern in g.faults():
-                out.append(pytest.param(g, kind, fill, fault, op, pattern, id=f"{g.label}-{label}-{fault}"))
+                out.append(pytest.param(g, kind, fill, fault, op, pattern, id=f"{g.label}-{label}-{fault}",
+                                        marks=marks))
     return out
 
 
+# every mask on the tiny decoder and vision encoder; fp16's lowest (the case that went wrong) on the three wider
+# graphs by default, their other masks with the scale runs (all 105 cases pass: see the module's numbers)
 @pytest.mark.parametrize(("graph", "kind", "fill", "fault", "op", "pattern"),
-                         _cases(TINY, MASKS) + _cases(OTHERS, [MASKS[0], MASKS[3]]))
+                         _cases(TINY, MASKS) + _cases(OTHERS, MASKS[:1])
+                         + _cases(OTHERS, MASKS[1:], pytest.mark.scale))
 def test_compare_names_the_real_fault_whatever_the_mask(tmp_path: Path, graph: Graph, kind: str, fill: float,
                                                         fault: str | None, op: str | None, pattern: str) -> None:
     r = run_case(tmp_path, graph, kind, fill, fault)
