@@ -10,7 +10,13 @@ STAMP  := $(VENV)/.setup-stamp
 NODEPS_REQS := skill/qnn_debug/data/nodeps_requirements.txt
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint typecheck layers bench clean
+# The real-export test tier's exporter venv (tests/real_exports.py): MNN's llmexport with CPU torch and transformers,
+# kept out of .venv (torch never enters the product venv). ~1.3 GB, ~3 min on 2 cores.
+LLMEXPORT_VENV  := .venv-llmexport
+LLMEXPORT_REQS  := tests/requirements-llmexport.txt
+LLMEXPORT_STAMP := $(LLMEXPORT_VENV)/.setup-stamp
+
+.PHONY: setup setup-llmexport demo test lint typecheck layers bench clean
 
 setup: $(STAMP)
 
@@ -26,10 +32,18 @@ $(STAMP): pyproject.toml Makefile $(NODEPS_REQS)
 	@$(PY) -c "from qnn_debug.compare.metrics import kernel_status; print('comparator:', kernel_status())"
 	@touch $(STAMP)
 
+setup-llmexport: $(LLMEXPORT_STAMP)
+
+$(LLMEXPORT_STAMP): $(LLMEXPORT_REQS)
+	@test -x $(LLMEXPORT_VENV)/bin/python || $(PYTHON) -m venv $(LLMEXPORT_VENV)
+	$(LLMEXPORT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LLMEXPORT_VENV)/bin/python -m pip install -q -r $(LLMEXPORT_REQS)
+	@touch $(LLMEXPORT_STAMP)
+
 demo: setup
 	$(VENV)/bin/qnn-debug demo --out demo-runs
 
-test: setup
+test: setup setup-llmexport
 	$(PY) -m ruff check skill server testkit tests bench
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-cache --no-logo
@@ -66,4 +80,4 @@ bench-text-scale: setup
 	$(PY) -m pytest -m scale tests/test_llm_text_scale.py -p no:cacheprovider
 
 clean:
-	rm -rf $(VENV) demo-runs qnn-debug-runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LLMEXPORT_VENV) .cache/real-exports demo-runs qnn-debug-runs .pytest_cache .mypy_cache .ruff_cache

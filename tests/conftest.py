@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,19 @@ def ppocr_det() -> Path:
 @pytest.fixture(scope="session")
 def ppocr_rec() -> Path:
     return _rapidocr_models() / "ch_PP-OCRv4_rec_infer.onnx"
+
+
+@pytest.fixture(scope="session")
+def real_exports() -> Callable[[str, str, str], Path]:
+    """``real_export(kind, model, export) -> folder``: MNN's llmexport on a random-weight toy Qwen3 / Qwen3-VL,
+    built on first use and cached on disk (``tests/real_exports.py``). A failed build is a test error carrying
+    the exporter's log tail."""
+    import real_exports as tier
+
+    def get(kind: str, model: str, export: str) -> Path:
+        try:
+            return tier.real_export(kind, model, export)  # type: ignore[arg-type]
+        except tier.RealExportError as exc:
+            pytest.fail(f"real export {kind}/{model}/{export} failed: {exc}", pytrace=False)
+
+    return get
