@@ -80,6 +80,8 @@ class Overflow:
     uses_inside: list[str] = field(default_factory=list)  # ops reading ``source`` inside the scale-invariant region
     uses_outside: list[str] = field(default_factory=list)  # ops reading ``source`` that a rescale must not reach
     inner: InnerOverflow | None = None  # the target's own tensor inside the op that leaves the range first
+    centered: bool = False  # what is squared is x - mean(x): a decomposed LayerNorm, not an RMSNorm
+    shipped: dict[str, Any] | None = None  # whether the converted model (.mnn) has this tensor at all (:mod:`.shipped`)
 
     @property
     def dumped(self) -> bool:
@@ -100,7 +102,9 @@ class Overflow:
                 "rail": self.rail, "target_at_rail": self.at_rail, "reference_beyond_fp16": self.ref_beyond,
                 "elements": self.size, "rescale_exponent": self.rescale_exponent(), "squaring": self.squaring,
                 "later_unsafe_tensors": self.later_unsafe, "downstream_op_types": self.downstream or [],
-                "rescale_input": self.source, "scale_invariant": scale_invariant(self.op.op_type, self.downstream or []),
+                "rescale_input": self.source,
+                "scale_invariant": "LayerNorm" if self.centered and scale_invariant(
+                    self.op.op_type, self.downstream or []) else scale_invariant(self.op.op_type, self.downstream or []),
                 "shift_invariant": shift_invariant(self.op.op_type, self.downstream or []),
                 "reduction": self.op.op_type in REDUCING_OPS or self.squaring,
                 "region_max_abs": _g(max(self.ref_max, self.region_max)),
@@ -108,7 +112,8 @@ class Overflow:
                 "rescale_producer": self.producer.name if self.producer is not None else None,
                 "rescale_producer_type": self.producer.op_type if self.producer is not None else None,
                 "rescale_uses_inside": self.uses_inside, "rescale_uses_outside": self.uses_outside,
-                **({"inside_op": self.inner.evidence()} if self.inner is not None else {})}
+                **({"inside_op": self.inner.evidence()} if self.inner is not None else {}),
+                **({"shipped": self.shipped} if self.shipped is not None else {})}
 
 
 # Ops whose result does not change (up to eps) when their input is multiplied by a constant: the place to
@@ -205,6 +210,7 @@ def _find(ops: list[OpNode], rows: Mapping[str, TensorRow], maxima: Mapping[str,
                          row=rows.get(tensor), squaring=squaring,
                          later_unsafe=max(0, len(unsafe) - 1), downstream=_downstream(tensor, consumers),
                          source=source, producer=producer.get(source) if source is not None else None)
+        found.centered = _centered(found.source, producer)
         _region(found, consumers, maxima)
         if found.row is None:
             later = [r for r in rows.values() if r.position >= op.position and r.status == "bad"]
@@ -218,6 +224,15 @@ def _find(ops: list[OpNode], rows: Mapping[str, TensorRow], maxima: Mapping[str,
             found.inner = _inner(found, rows, reference, target)
             return found
     return None
+
+
+def _centered(source: str | None, producer: Mapping[str, OpNode]) -> bool:
+    """``source`` is ``Sub(x, ReduceMean(x))``: the squared value is centred, as in a decomposed LayerNorm."""
+    sub = producer.get(source) if source is not None else None
+    if sub is None or sub.op_type != "Sub" or len(sub.inputs) != 2:
+        return False
+    mean = producer.get(sub.inputs[1])
+    return mean is not None and mean.op_type == "ReduceMean" and sub.inputs[0] in mean.inputs
 
 
 # Where a scale-invariant region ends: its output no longer grows with the input's scale.

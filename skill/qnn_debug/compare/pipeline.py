@@ -36,6 +36,7 @@ from .options import CompareOptions
 from .pattern_stage import find_patterns
 from .probe_args import probe_args
 from .rail import mark_rows
+from .shipped import shipped_check
 from .rows import PREFETCH_AHEAD, measure
 from .schema import CompareResult, FirstFailing
 from .top1 import top1_agreement
@@ -176,6 +177,8 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
                            progress=progress)
     # 5. patterns
     patterns = find_patterns(rerun, measured, located, ref, target, semantics=opts.patterns)
+    if patterns.overflow is not None:  # does the converted model hold that tensor at all (a fused LayerNorm)?
+        patterns.overflow.shipped = shipped_check(patterns.overflow, located.ops, mnn_model)
     # 6. verdict
     findings = Findings.gather(measured, located, rerun, patterns, outputs=list(ref.record.outputs),
                                observer_effect_db=target.record.observer_effect_db, has_floor=side.floor is not None,
@@ -205,6 +208,9 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
         warnings=warnings, thresholds=th.model_dump(), elapsed_s=round(time.monotonic() - t_start, 3),
     )
     _mark_target_model(result, difference, here, model, ref)
+    note = target.record.extra.get("observer_effect")
+    if isinstance(note, str):  # a plain dump: the effect measured from the unmarked outputs beside it, or why not
+        result.verdict.evidence["observer_effect"] = note
     result.next_steps = rules.next_steps(result)
     return mark_trust(result, side)
 

@@ -29,6 +29,7 @@ from . import fmt
 from .local_error import local_limit_db
 from .patterns import Trial
 from .schema import FirstFailing, TensorRow, Verdict
+from .shipped import shipped_words
 from .thresholds import Thresholds
 from .verdict import (
     Decision,
@@ -184,9 +185,10 @@ def fp16_range_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     failing = floor_fails(d)
     floor_words = (f" The fp16 floor fails the same way (worst output {fmt.db_unit(failing)}): no fp16 engine can "
                    f"run this as is." if failing is not None else " No fp16 engine can run this as is.")
+    shipped = shipped_words(o.shipped, o.tensor) if o.shipped else ""
     return (f"Precision, not a wrong op: the model is not fp16-safe. {where} is the first op whose reference "
             f"output leaves the fp16 range: `{o.tensor}` reaches {o.ref_max:.3g} (fp16 max 65504) while its "
-            f"inputs stay within ±{o.input_max:.3g}{inside}; {target}.{floor_words} Rescale by "
+            f"inputs stay within ±{o.input_max:.3g}{inside}; {target}.{floor_words}{shipped} Rescale by "
             f"2^-{o.rescale_exponent()} around it (see next steps).")
 
 
