@@ -36,9 +36,9 @@ from .options import CompareOptions
 from .pattern_stage import find_patterns
 from .probe_args import probe_args
 from .rail import mark_rows
-from .shipped import shipped_check
 from .rows import PREFETCH_AHEAD, measure
 from .schema import CompareResult, FirstFailing
+from .shipped import shipped_check
 from .top1 import top1_agreement
 from .trust import mark_trust
 from .verdict import Findings, mark_first_failing, name_on_target, note_unchecked

@@ -35,7 +35,7 @@ def _region_tensors(o: Overflow, ops: Iterable[OpNode]) -> set[str]:
 def shipped_check(o: Overflow, ops: list[OpNode], mnn_model: str | None) -> dict[str, Any] | None:
     """Evidence on the converted model: ``{"mnn_model", "tensor_in_mnn", "fused_into", "layer_norms"}``; None
     without a readable ``.mnn`` or when the overflow is not inside a normalisation."""
-    if mnn_model is None or not Path(mnn_model).is_file() or o.region_tensor is None and not o.centered:
+    if mnn_model is None or not Path(mnn_model).is_file() or (o.region_tensor is None and not o.centered):
         return None
     try:
         from ..mnn.model_reader import read_mnn_model
