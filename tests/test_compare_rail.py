@@ -77,6 +77,10 @@ def test_rail_tensors_are_marked_harmless_in_table_evidence_and_baseline(tmp_pat
     assert ranges["unsafe_count"] == 0 and ranges["harmless_count"] == TINY_D.layers
     assert all(e["harmless"].startswith("at the rail, harmless") for e in ranges["unsafe"])
     assert "fp16-safe" not in report["sentence"]
+    # the report's table says why a tensor at 0 dB excess that leaves 65504 is not the answer
+    again = compare_paths(tmp_path / "base", tmp_path / "dump.npz", report_dir=tmp_path / "report")
+    md = Path(again.report_files["markdown"]).read_text()
+    assert "| ok (at the rail, harmless) |" in md and "At the fp16 rail but harmless (2)" in md
 
 
 def test_a_mask_fill_in_the_inputs_is_harmless_in_the_baseline(tmp_path: Path) -> None:
