@@ -127,3 +127,44 @@ def test_a_softmax_input_that_really_overflows_is_still_a_finding_with_shift_adv
     steps = " ".join(s.why for s in r.next_steps)
     assert "shift-invariant" in steps and "scale-invariant Softmax" not in steps
     assert "squares" not in steps
+
+
+def test_blame_follows_the_data_flow_not_the_position(tmp_path: Path) -> None:
+    """A real overflow (an L2-norm of raw pixels: its sum of squares leaves the range) and, later in execution order
+    but on a branch that never reads it, a wrong op (a scale of 0.5 where the model has 2): the wrong op is a fault
+    of its own, not "inherited from the overflow upstream"."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from typer.testing import CliRunner
+
+    from doubles.htp_like import htp_like_dump
+    from qnn_debug.cli import app
+
+    def model(k: float) -> onnx.ModelProto:
+        nodes = [helper.make_node("Mul", ["x", "x"], ["sq"], name="sq"),
+                 helper.make_node("ReduceSum", ["sq", "axes"], ["sumsq"], name="sumsq", keepdims=1),
+                 helper.make_node("Sqrt", ["sumsq"], ["norm"], name="norm"),
+                 helper.make_node("Div", ["x", "norm"], ["a"], name="l2"),
+                 helper.make_node("Mul", ["x", "k"], ["scaled"], name="branch_scale"),
+                 helper.make_node("Tanh", ["scaled"], ["b"], name="branch_tanh")]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 256]),
+                               helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 256])],
+                              [numpy_helper.from_array(np.asarray([1], np.int64), "axes"),
+                               numpy_helper.from_array(np.asarray(k, np.float32), "k")])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        return m
+
+    x = (np.random.default_rng(0).uniform(0, 255, (1, 256)) * np.float32(1)).astype(np.float32)
+    onnx.save(model(2.0 / 255), str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "in.npz", x=x)
+    res = CliRunner().invoke(app, ["baseline", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "in.npz"),
+                                   "--out", str(tmp_path / "base"), "--no-mnn-gate", "--json"])
+    assert res.exit_code == 0, res.output
+    np.savez(tmp_path / "dump.npz", **htp_like_dump(model(0.5 / 255), {"x": x}))
+    r = compare_paths(tmp_path / "base", tmp_path / "dump.npz")
+    assert r.verdict.kind == "real_bug", r.verdict.summary
+    assert r.first_failing is not None and r.first_failing.op == "branch_scale"
+    assert "follows from the overflow" not in json.dumps(r.verdict.evidence)
+    assert r.verdict.evidence["also_fp16_range"]["op"] == "sumsq"  # the overflow stays in view

@@ -325,7 +325,14 @@ def fp16_range(found: Findings, th: Thresholds, ctx: Context) -> Decision | None
 
 
 def bug(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
-    return _bug(found, ctx.hit, ctx.evidence()) if ctx.hit is not None else None
+    if ctx.hit is None:
+        return None
+    d = _bug(found, ctx.hit, ctx.evidence())
+    o = found.overflow
+    if o is not None:  # a range finding the wrong op does not depend on: a second problem, kept in view
+        d.evidence["also_fp16_range"] = {"op": o.op.name, "tensor": o.tensor, "reference_max_abs": round(o.ref_max, 1),
+                                         "note": "not fp16-safe there too, on a path the wrong op does not read"}
+    return d
 
 
 def ops_evidence(found: Findings, ctx: Context) -> dict[str, Any]:
