@@ -17,8 +17,11 @@ FILLS = [("-65504", -65504.0), ("-1e4", -1e4), ("-1e9", -1e9), ("float lowest", 
          ("-inf", float("-inf"))]
 
 
-# every fill on the first size; fp16's lowest and the exporter's own fill on the second (time)
-CASES = [pytest.param(size, label, fill, fault, id=f"{size}-{label}-{fault or 'healthy'}")
+# by default fp16's lowest, the exporter's own fill and -inf on the first size and fp16's lowest on the second;
+# the other fills with the scale runs (all 21 pass)
+DEFAULT = {("a", "-65504"), ("a", "float lowest"), ("a", "-inf"), ("b", "-65504")}
+CASES = [pytest.param(size, label, fill, fault, id=f"{size}-{label}-{fault or 'healthy'}",
+                      marks=() if (size, label) in DEFAULT else (pytest.mark.scale,))
          for size in ("a", "b") for label, fill in FILLS if size == "a" or label in ("-65504", "float lowest")
          for fault in (None, "rows_swapped", "residual_dropped")]
 
