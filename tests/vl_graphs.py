@@ -42,6 +42,7 @@ class VisionSizes:
     seq: int = 32  # two 4x4 images
     out: int = 64  # merger output (the decoder's hidden size)
     deepstack: tuple[int, ...] = (0,)
+    block_tables: bool = False  # each block builds its own rotary tables from position_ids (rows picked by a Gather)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class DecoderSizes:
     vocab: int = 96
     deepstack: int = 2
     sections: tuple[int, int, int] = (6, 5, 5)  # over head_dim / 2 rotary frequencies
+    layer_tables: bool = False  # each layer gathers its own M-RoPE tables from the shared angles
 
 
 TINY_V, LARGER_V = VisionSizes(), VisionSizes(hidden=128, heads=2, blocks=3, side=6, seq=48, out=96, deepstack=(0, 1))
@@ -105,11 +107,66 @@ def _rotate(g: _G, x: str, cos: str, sin: str, p: str, hd: int) -> str:
     return g.op("Add", [g.op("Mul", [x, cos], f"/{p}/Mul"), g.op("Mul", [rot, sin], f"/{p}/Mul_1")], f"/{p}/Add")
 
 
+MASKS = ("additive", "bool", "causal")  # how the graph masks attention: an input added, a bool input through
+# Where, or a causal mask built inside the graph (Trilu, Less, Where) and added
+
+
+def _masked(g: _G, scores: str, p: str, mask: str, fill: float, n: int) -> str:
+    """Scores with the mask applied the way ``mask`` says (``fill``: the value masked entries get)."""
+    if mask == "additive":
+        return g.op("Add", [scores, "attention_mask"], f"/{p}/Add")
+    if mask == "bool":  # True = attend
+        return g.op("Where", ["attention_mask", scores, g.c(f"{p}.fill", np.float32(fill))], f"/{p}/Where")
+    tri = g.op("Trilu", [g.c(f"{p}.ones", np.ones((n, n), np.float32))], f"/{p}/Trilu", upper=0)
+    masked = g.op("Less", [tri, g.c(f"{p}.half", np.float32(0.5))], f"/{p}/Less")
+    add = g.op("Where", [masked, g.c(f"{p}.fill", np.float32(fill)), g.c(f"{p}.zero", np.float32(0))], f"/{p}/Where")
+    return g.op("Add", [scores, add], f"/{p}/Add")
+
+
+def _mask_input(mask: str, shape: list[int]) -> list[onnx.ValueInfoProto]:
+    if mask == "causal":
+        return []
+    kind = TensorProto.BOOL if mask == "bool" else TensorProto.FLOAT
+    return [helper.make_tensor_value_info("attention_mask", kind, shape)]
+
+
 def _theta(rotary_dim: int) -> np.ndarray:
     return (1.0 / (10000 ** (np.arange(0, rotary_dim, 2) / rotary_dim))).astype(np.float32)
 
 
-def vision_model(s: VisionSizes, fault: str | None = None, seed: int = 0) -> onnx.ModelProto:
+def _block_tables(g: _G, blk: int, swapped: bool) -> tuple[str, str]:
+    """One vision block's own rotary tables from position_ids (rows h, w picked by a Gather; ``swapped``: w, h)."""
+    pre = f"/blocks.{blk}/rotary"
+    f2 = g.op("Gather", ["position_ids", g.i64(f"rotary.rows_{blk}", [1, 0] if swapped else [0, 1])], f"{pre}/Gather",
+              axis=0)
+    f2 = g.op("Cast", [f2], f"{pre}/Cast", to=TensorProto.FLOAT)
+    f2 = g.op("Unsqueeze", [f2, "rotary.ax"], f"{pre}/Unsqueeze")
+    f2 = g.op("Mul", [f2, "rotary.theta"], f"{pre}/Mul")
+    f2 = g.op("Transpose", [f2], f"{pre}/Transpose", perm=[1, 0, 2])
+    f2 = g.op("Reshape", [f2, "rotary.shape"], f"{pre}/Reshape")
+    c2, s2 = (g.op(o, [f2], f"{pre}/{o}") for o in ("Cos", "Sin"))
+    cos, sin = (g.op("Unsqueeze", [g.op("Concat", [t, t], f"{pre}/Concat_{n}", axis=-1), "rotary.ax1"],
+                     f"{pre}/Unsqueeze_{n}") for n, t in (("cos", c2), ("sin", s2)))
+    return cos, sin
+
+
+def _layer_tables(g: _G, lay: int, sections: tuple[int, int, int], interleaved: bool) -> tuple[str, str]:
+    """One decoder layer's own M-RoPE tables gathered from the shared angles (``interleaved=False``: chunked)."""
+    pre = f"/layers.{lay}/rotary"
+    f2 = g.op("Gather", ["/rotary/Reshape_output_0", g.c(f"rotary.mrope_reindex_{lay}", mrope_reindex(sections, interleaved))],
+              f"{pre}/Gather", axis=1)
+    out = []
+    for n, o in (("cos", "Cos"), ("sin", "Sin")):
+        c = g.op(o, [f2], f"{pre}/{o}")
+        c = g.op("Concat", [c, c], f"{pre}/Concat_{n}", axis=-1)
+        out.append(g.op("Unsqueeze", [c, f"rotary.{n}_ax"], f"{pre}/Unsqueeze_{n}"))
+    return out[0], out[1]
+
+
+def vision_model(s: VisionSizes, fault: str | None = None, seed: int = 0, mask_kind: str = "additive",
+                 fill: float = -65504.0, fault_block: int = 1) -> onnx.ModelProto:
+    """``fault``: see the module; ``rows_swapped_block`` / ``residual_dropped`` put it in ``fault_block`` (after the
+    first mask Add): that block reads the rotary rows as (w, h) / adds no attention residual."""
     g = _G(seed)
     d, hd, pd = s.hidden, s.hidden // s.heads, 6 * s.patch * s.patch
     # rotary tables: MNN's VisionRotary (rotary_dim = head_dim / 2; rows h then w; cat(emb, emb))
@@ -136,6 +193,7 @@ def vision_model(s: VisionSizes, fault: str | None = None, seed: int = 0) -> onn
     mask = "attention_mask"
     if fault == "mask_not_copied":
         mask = g.c("attention_mask.never_copied", np.zeros((1, s.seq, s.seq), np.float32))
+    own_cos, own_sin = cos, sin
     feats = []
     for i in range(s.blocks):
         p = f"blocks.{i}"
@@ -144,6 +202,8 @@ def vision_model(s: VisionSizes, fault: str | None = None, seed: int = 0) -> onn
         qkv = g.op("Reshape", [qkv, g.i64(f"{p}.qkv_shape", [s.seq, 3, s.heads, hd])], f"/{p}/attn/Reshape")
         parts = [g.op("Gather", [qkv, g.c(f"{p}.{n}_i", np.asarray(j, np.int64))], f"/{p}/attn/Gather_{j}", axis=1)
                  for j, n in enumerate("qkv")]  # [seq, heads, hd]
+        cos, sin = (_block_tables(g, i, fault == "rows_swapped_block" and i == fault_block) if s.block_tables
+                    else (own_cos, own_sin))
         q = _rotate(g, parts[0], cos, sin, f"{p}/attn/rotary_q", hd)
         k = _rotate(g, parts[1], cos, sin, f"{p}/attn/rotary_k", hd)
         q, k, v = (g.op("Transpose", [t], f"/{p}/attn/Transpose_{n}", perm=[1, 0, 2]) for n, t in
@@ -151,11 +211,15 @@ def vision_model(s: VisionSizes, fault: str | None = None, seed: int = 0) -> onn
         kt = g.op("Transpose", [k], f"/{p}/attn/Transpose_kt", perm=[0, 2, 1])
         sc = g.op("Mul", [g.op("MatMul", [q, kt], f"/{p}/attn/MatMul"), g.c(f"{p}.scale", np.float32(hd ** -0.5))],
                   f"/{p}/attn/Mul")
-        sc = g.op("Add", [sc, mask], f"/{p}/attn/Add")
+        if mask_kind == "additive" or fault == "mask_not_copied":
+            sc = g.op("Add", [sc, mask], f"/{p}/attn/Add")
+        else:
+            sc = _masked(g, sc, f"{p}/attn", mask_kind, fill, s.seq)
         att = g.op("MatMul", [g.op("Softmax", [sc], f"/{p}/attn/Softmax", axis=-1), v], f"/{p}/attn/MatMul_1")
         att = g.op("Reshape", [g.op("Transpose", [att], f"/{p}/attn/Transpose_o", perm=[1, 0, 2]),
                                g.i64(f"{p}.o_shape", [s.seq, d])], f"/{p}/attn/Reshape_1")
-        h = g.op("Add", [h, g.op("MatMul", [att, g.w(f"{p}.proj", (d, d))], f"/{p}/attn/proj/MatMul")], f"/{p}/Add")
+        proj = g.op("MatMul", [att, g.w(f"{p}.proj", (d, d))], f"/{p}/attn/proj/MatMul")
+        h = proj if fault == "residual_dropped" and i == fault_block else g.op("Add", [h, proj], f"/{p}/Add")
         x = _layernorm(g, h, f"{p}/norm2", d)
         x = _gelu(g, g.op("MatMul", [x, g.w(f"{p}.fc1", (d, 2 * d))], f"/{p}/mlp/fc1/MatMul"), f"{p}/mlp/act")
         h = g.op("Add", [h, g.op("MatMul", [x, g.w(f"{p}.fc2", (2 * d, d))], f"/{p}/mlp/fc2/MatMul")], f"/{p}/Add_1")
@@ -169,7 +233,7 @@ def vision_model(s: VisionSizes, fault: str | None = None, seed: int = 0) -> onn
     g.nodes.append(helper.make_node("Identity", [stacked], ["deepstack_feature"], name="/Identity_1"))
     ins = [helper.make_tensor_value_info("patches", TensorProto.FLOAT, [s.seq, pd]),
            helper.make_tensor_value_info("position_ids", TensorProto.INT32, [2, s.seq]),
-           helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, [1, s.seq, s.seq]),
+           *_mask_input(mask_kind, [1, s.seq, s.seq]),
            helper.make_tensor_value_info("idx_tensor", TensorProto.INT32, [4, s.seq]),
            helper.make_tensor_value_info("weight_tensor", TensorProto.FLOAT, [4, s.seq])]
     outs = [helper.make_tensor_value_info("image_embeds", TensorProto.FLOAT, [s.seq // 4, 1, s.out]),
@@ -208,7 +272,10 @@ def _rms(g: _G, x: str, p: str, d: int) -> str:
                         g.op("Mul", [x, inv], f"/{p}/Mul")], f"/{p}/Mul_1")
 
 
-def decoder_model(s: DecoderSizes, fault: str | None = None, seed: int = 1) -> onnx.ModelProto:
+def decoder_model(s: DecoderSizes, fault: str | None = None, seed: int = 1, mask_kind: str = "additive",
+                  fill: float = -65504.0, fault_block: int = 1) -> onnx.ModelProto:
+    """``fault``: see the module; ``chunked_mrope_layer`` puts the chunked M-RoPE in layer ``fault_block`` only
+    (its own Gather over the same angles, after the first mask Add)."""
     g = _G(seed)
     d, hd, t = s.hidden, s.hidden // s.heads, s.tokens
     half = hd // 2
@@ -226,6 +293,7 @@ def decoder_model(s: DecoderSizes, fault: str | None = None, seed: int = 1) -> o
         c = g.op("Concat", [c, c], f"/rotary/Concat_{n}", axis=-1)
         tabs.append(g.op("Unsqueeze", [c, g.i64(f"rotary.{n}_ax", [0, 1])], f"/rotary/Unsqueeze_{n}"))  # [1,1,T,hd]
     cos, sin = tabs
+    shared = (cos, sin)
     h = g.op("Transpose", ["input_ids"], "/Transpose", perm=[1, 0, 2])  # [1, T, d]
     for i in range(s.layers):
         p = f"layers.{i}"
@@ -235,12 +303,14 @@ def decoder_model(s: DecoderSizes, fault: str | None = None, seed: int = 1) -> o
             y = g.op("MatMul", [x, g.w(f"{p}.{n}", (d, d))], f"/{p}/self_attn/{n}_proj/MatMul")
             y = g.op("Reshape", [y, g.i64(f"{p}.{n}_shape", [1, t, s.heads, hd])], f"/{p}/self_attn/Reshape_{n}")
             heads.append(g.op("Transpose", [y], f"/{p}/self_attn/Transpose_{n}", perm=[0, 2, 1, 3]))
+        cos, sin = (_layer_tables(g, i, s.sections, not (fault == "chunked_mrope_layer" and i == fault_block))
+                    if s.layer_tables else shared)
         q = _rotate(g, heads[0], cos, sin, f"{p}/self_attn/rotary_q", hd)
         k = _rotate(g, heads[1], cos, sin, f"{p}/self_attn/rotary_k", hd)
         kt = g.op("Transpose", [k], f"/{p}/self_attn/Transpose_kt", perm=[0, 1, 3, 2])
         sc = g.op("Mul", [g.op("MatMul", [q, kt], f"/{p}/self_attn/MatMul"), g.c(f"{p}.scale", np.float32(hd ** -0.5))],
                   f"/{p}/self_attn/Mul")
-        sc = g.op("Add", [sc, "attention_mask"], f"/{p}/self_attn/Add")
+        sc = _masked(g, sc, f"{p}/self_attn", mask_kind, fill, t)
         a = g.op("MatMul", [g.op("Softmax", [sc], f"/{p}/self_attn/Softmax", axis=-1), heads[2]], f"/{p}/self_attn/MatMul_1")
         a = g.op("Reshape", [g.op("Transpose", [a], f"/{p}/self_attn/Transpose_o", perm=[0, 2, 1, 3]),
                              g.i64(f"{p}.o_shape", [1, t, d])], f"/{p}/self_attn/Reshape_o")
@@ -258,7 +328,7 @@ def decoder_model(s: DecoderSizes, fault: str | None = None, seed: int = 1) -> o
     h = _rms(g, h, "norm", d)
     g.nodes.append(helper.make_node("MatMul", [h, g.w("lm_head", (d, s.vocab))], ["logits"], name="/lm_head/MatMul"))
     ins = [helper.make_tensor_value_info("input_ids", TensorProto.FLOAT, [t, 1, d]),
-           helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, [1, 1, t, t]),
+           *_mask_input(mask_kind, [1, 1, t, t]),
            helper.make_tensor_value_info("position_ids", TensorProto.INT32, [3, t]),
            helper.make_tensor_value_info("deepstack_embeds", TensorProto.FLOAT, [s.deepstack, t, d])]
     return _model(g, "llm", ins, [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, t, s.vocab])])

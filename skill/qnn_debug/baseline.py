@@ -45,6 +45,7 @@ from .baseline_models import (  # noqa: F401  (re-exported: the result models li
     MnnModelCheck,
 )
 from .compare.metrics import error_stats, max_rel_error
+from .compare.rail import baseline_judge
 from .compare.ranges import range_report
 from .errors import BadInputError
 from .progress import NULL_PROGRESS, Progress
@@ -129,7 +130,8 @@ def finish_baseline(out_dir: Path, report: BaselineReport, progress: Progress = 
     """The fp16-range report, ``baseline.json`` written last, the folder released: a baseline's last step, also
     for one whose runs were written piece by piece (``qnn_debug.localise.stream_baseline``)."""
     with progress.stage("baseline: fp16 range", total=None, message="baseline: checking the fp16 range of every tensor"):
-        report.ranges = range_report(load_run(out_dir / REFERENCE_DIR))
+        reference = load_run(out_dir / REFERENCE_DIR)
+        report.ranges = range_report(reference, judge=baseline_judge(reference))
     if not report.ranges.fp16_safe:
         report.sentence = f"{report.sentence} {report.ranges.sentence()}"
     atomic_write_text(out_dir / BASELINE_FILE, report.model_dump_json(indent=1))

@@ -168,6 +168,10 @@ class FixRequest(Request):
     test_dir: Annotated[str | None, PathRole("dir"), Cli(flag="--test-dir"), Field(
         default=None, max_length=4096, description="input_not_copied: the ModuleBasic test dir the run used (its "
         "input.json gets shapeMutable false, the previous file kept)")] = None
+    op: Annotated[str | None, Cli(flag="--op"), Field(
+        default=None, max_length=64, description="Rescale every scale-invariant region of this kind instead of the "
+        "verdict's one site: LayerNorm (each LayerNorm's input by 2^-k, its eps by 2^-2k, fused or decomposed), so "
+        "the model is fp16-safe whether the converter fuses it or not")] = None
     out: Out = Field(None, description="Folder of the proof runs (default: qnn-debug-runs/RESULT/fix)")
     soc: Soc = DEFAULT_SOC
     options: Annotated[TargetOptions | None, Cli(flag="--option", parse=parse_option_pairs, repeat=True, spread=True,

@@ -268,4 +268,4 @@ def fix(request: rq.FixRequest, progress: Progress) -> FixResult:
     host = engine_options(request.options, None, target="host", serial=None, adb=None) if request.options else None
     return run_fix(request.result, out_dir(request, request.out), model=request.model, input_range=request.input_range,
                    test_dir=request.test_dir, soc_model=request.soc, timeout=request.timeout, force=request.force,
-                   cases=request.cases, host_options=host, progress=progress)
+                   cases=request.cases, host_options=host, progress=progress, op=request.op)

@@ -107,6 +107,11 @@ def print_summary(result: Any) -> None:
         typer.echo(f"  {r.position:>5} {r.label or r.name:<32} SQNR {fmt.db_unit(r.metrics.get('sqnr_db'))}, "
                    f"{fmt.shortfall(r.excess_db, f, cap, has_floor=result.floor is not None, quantized=quantized, sqnr=r.metrics.get('sqnr_db'))}, "
                    f"{r.status}")
+    rail = [r for r in result.tensors if r.note]
+    for r in rail[:3]:
+        typer.echo(f"  {r.position:>5} {r.label or r.name:<32} {r.note}")
+    if len(rail) > 3:
+        typer.echo(f"  ... {len(rail) - 3} more at the rail, harmless (tensors[].note in the JSON)")
     for w in result.warnings[:5]:
         typer.echo(f"  warning: {w}")
     for i, step in enumerate(result.next_steps, 1):

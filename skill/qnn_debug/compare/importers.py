@@ -131,6 +131,10 @@ def import_npz(path: Path, *, reference: Run, out: Path, progress: Progress = NU
                 advance()
         if any(t.source_dtype == "float16" for t in record.tensors):
             record.precision = "fp16"
+        from .observer import observer_effect
+
+        outputs = [o for o in reference.record.outputs if o in names]
+        record.observer_effect_db, record.extra["observer_effect"] = observer_effect(path, npz, outputs)
         return writer.finish()
 
 

@@ -55,6 +55,23 @@ def ops_behind(producer: dict[str, OpNode], tensors: Iterable[str], visible: Con
     return sorted(found.values(), key=lambda o: o.position)
 
 
+def downstream_ops(ops: Iterable[OpNode], start: OpNode) -> set[str]:
+    """Names of the ops that read, directly or through others, what ``start`` computes (``start`` included):
+    the only ops whose error can be inherited from it."""
+    readers: dict[str, list[OpNode]] = {}
+    for op in ops:
+        for name in op.inputs:
+            readers.setdefault(name, []).append(op)
+    seen = {start.name}
+    stack = list(start.outputs)
+    while stack:
+        for op in readers.get(stack.pop(), []):
+            if op.name not in seen:
+                seen.add(op.name)
+                stack.extend(op.outputs)
+    return seen
+
+
 @dataclass
 class TensorJudgement:
     excess_db: float | None  # None: cannot judge (reference not finite, empty tensor)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..runstore import Run
 from .localise import OpNode
+from .rail import RailJudge
 from .ranges import FP16_MAX, HTP_FP16_MAX, first_overflows, max_abs
 from .schema import TensorRow
 
@@ -27,7 +28,10 @@ NEAR_RAIL = 0.9  # a target whose largest magnitude reaches 90 % of 65504 sits a
 AT_RAIL = 0.999  # an element this close to the rail counts as saturated
 POOR_SQNR_DB = 30.0  # near the rail but not saturated: only a finding when the value is also badly off
 HEADROOM = 4.0  # rescale so that the largest value lands a factor 4 below 65504
-SQUARING_OPS = {"ReduceSumSquare", "ReduceL2", "Pow"}  # outputs grow with the square of the input scale
+SQUARING_OPS = {"ReduceSumSquare", "ReduceL2", "Pow"}
+# ops whose output is a sum over many inputs: averaging instead of summing keeps the partial results in range
+REDUCING_OPS = {"ReduceSum", "ReduceSumSquare", "ReduceL2", "ReduceL1", "ReduceLogSumExp", "MatMul", "Gemm", "Conv",
+                "ConvTranspose", "Einsum", "GlobalAveragePool"}  # outputs grow with the square of the input scale
 CONSTANT_OPS = {"Constant", "ConstantOfShape"}
 # Where fp16 producers stop: IEEE's largest finite value (and a clipping floor), 2**16 (measured: the simulator's
 # MatMul tops out at 65536, code 0x7C00), and HTP's saturation code 0x7FFF.
@@ -76,6 +80,8 @@ class Overflow:
     uses_inside: list[str] = field(default_factory=list)  # ops reading ``source`` inside the scale-invariant region
     uses_outside: list[str] = field(default_factory=list)  # ops reading ``source`` that a rescale must not reach
     inner: InnerOverflow | None = None  # the target's own tensor inside the op that leaves the range first
+    centered: bool = False  # what is squared is x - mean(x): a decomposed LayerNorm, not an RMSNorm
+    shipped: dict[str, Any] | None = None  # whether the converted model (.mnn) has this tensor at all (:mod:`.shipped`)
 
     @property
     def dumped(self) -> bool:
@@ -96,13 +102,18 @@ class Overflow:
                 "rail": self.rail, "target_at_rail": self.at_rail, "reference_beyond_fp16": self.ref_beyond,
                 "elements": self.size, "rescale_exponent": self.rescale_exponent(), "squaring": self.squaring,
                 "later_unsafe_tensors": self.later_unsafe, "downstream_op_types": self.downstream or [],
-                "rescale_input": self.source, "scale_invariant": scale_invariant(self.op.op_type, self.downstream or []),
+                "rescale_input": self.source,
+                "scale_invariant": "LayerNorm" if self.centered and scale_invariant(
+                    self.op.op_type, self.downstream or []) else scale_invariant(self.op.op_type, self.downstream or []),
+                "shift_invariant": shift_invariant(self.op.op_type, self.downstream or []),
+                "reduction": self.op.op_type in REDUCING_OPS or self.squaring,
                 "region_max_abs": _g(max(self.ref_max, self.region_max)),
                 "region_max_tensor": self.region_tensor or self.tensor,
                 "rescale_producer": self.producer.name if self.producer is not None else None,
                 "rescale_producer_type": self.producer.op_type if self.producer is not None else None,
                 "rescale_uses_inside": self.uses_inside, "rescale_uses_outside": self.uses_outside,
-                **({"inside_op": self.inner.evidence()} if self.inner is not None else {})}
+                **({"inside_op": self.inner.evidence()} if self.inner is not None else {}),
+                **({"shipped": self.shipped} if self.shipped is not None else {})}
 
 
 # Ops whose result does not change (up to eps) when their input is multiplied by a constant: the place to
@@ -111,15 +122,22 @@ _NORMALIZING = {"Sqrt", "Div", "Reciprocal", "LpNormalization", "ReduceL2"}
 
 
 def scale_invariant(op_type: str, downstream: list[str]) -> str | None:
-    """Name of the scale-invariant construct the overflow sits in, if recognisable."""
+    """Name of the scale-invariant construct the overflow sits in, if recognisable. A Softmax is not one: it is
+    shift-invariant (softmax(x - c) = softmax(x)), never scale-invariant (see :func:`shift_invariant`)."""
     seen = [op_type, *downstream]
     if "LayerNormalization" in seen:
         return "LayerNorm"
     if "Softmax" in seen[:3]:
-        return "Softmax input"
+        return None
     if any(t in _NORMALIZING for t in seen):
         return "RMSNorm" if "ReduceMean" in seen else "L2-norm"
     return None
+
+
+def shift_invariant(op_type: str, downstream: list[str]) -> str | None:
+    """"Softmax input" when the overflowing value feeds a Softmax within two ops: a constant shift leaves it
+    unchanged, a rescale does not."""
+    return "Softmax input" if "Softmax" in [op_type, *downstream][:3] else None
 
 
 def _g(x: float | None) -> float | None:
@@ -149,20 +167,24 @@ def _squaring(op: OpNode, model_nodes: Mapping[str, Any] | None) -> bool:
 
 
 def find_overflow(ops: list[OpNode], rows: Mapping[str, TensorRow], maxima: Mapping[str, float], reference: Run,
-                  target: Run, *, model_nodes: Mapping[str, Any] | None = None) -> Overflow | None:
-    """The first op leaving the fp16 range whose target is at the rail (or, not dumped, broken downstream).
+                  target: Run, *, model_nodes: Mapping[str, Any] | None = None,
+                  rail: RailJudge | None = None) -> Overflow | None:
+    """The first op leaving the fp16 range whose target is at the rail (or, not dumped, broken downstream) and
+    whose difference reaches something that depends on it (``rail`` keeps the ones nothing downstream feels:
+    a masked Softmax input, a clamped value; they never stop the search).
 
     HTP holds values up to 131008 (exponent-31 codes), so when the first op beyond 65504 is held correctly
     the search continues with 131008 as the limit."""
     for limit in (FP16_MAX, HTP_FP16_MAX):
-        found = _find(ops, rows, maxima, reference, target, model_nodes, limit)
+        found = _find(ops, rows, maxima, reference, target, model_nodes, limit, rail)
         if found is not None:
             return found
     return None
 
 
 def _find(ops: list[OpNode], rows: Mapping[str, TensorRow], maxima: Mapping[str, float], reference: Run,
-          target: Run, model_nodes: Mapping[str, Any] | None, limit: float) -> Overflow | None:
+          target: Run, model_nodes: Mapping[str, Any] | None, limit: float,
+          rail: RailJudge | None = None) -> Overflow | None:
     first = first_overflows(((op.name, op.inputs, op.outputs) for op in ops if op.op_type not in CONSTANT_OPS),
                             maxima, limit)
     if not first:  # the usual case: no op leaves the range, so the graph maps below are not needed
@@ -173,9 +195,11 @@ def _find(ops: list[OpNode], rows: Mapping[str, TensorRow], maxima: Mapping[str,
         for i in op.inputs:
             consumers.setdefault(i, []).append(op)
     origins = [(by_name[n], t) for n, t in first]
-    unsafe = [n for n, m in maxima.items() if m > FP16_MAX]
+    unsafe = [n for n, m in maxima.items() if m > FP16_MAX and not (rail is not None and rail.found.get(n))]
     producer = {o: op for op in ops for o in op.outputs}
     for op, tensor in origins:
+        if rail is not None and rail.harmless(tensor, maxima[tensor]) is not None:
+            continue  # at the rail, but nothing downstream feels it: a note, never the finding
         source = next((i for i in op.inputs if i in maxima), op.inputs[0] if op.inputs else None)
         squaring = _squaring(op, model_nodes)
         before = producer.get(source) if source is not None else None
@@ -186,6 +210,7 @@ def _find(ops: list[OpNode], rows: Mapping[str, TensorRow], maxima: Mapping[str,
                          row=rows.get(tensor), squaring=squaring,
                          later_unsafe=max(0, len(unsafe) - 1), downstream=_downstream(tensor, consumers),
                          source=source, producer=producer.get(source) if source is not None else None)
+        found.centered = _centered(found.source, producer)
         _region(found, consumers, maxima)
         if found.row is None:
             later = [r for r in rows.values() if r.position >= op.position and r.status == "bad"]
@@ -199,6 +224,15 @@ def _find(ops: list[OpNode], rows: Mapping[str, TensorRow], maxima: Mapping[str,
             found.inner = _inner(found, rows, reference, target)
             return found
     return None
+
+
+def _centered(source: str | None, producer: Mapping[str, OpNode]) -> bool:
+    """``source`` is ``Sub(x, ReduceMean(x))``: the squared value is centred, as in a decomposed LayerNorm."""
+    sub = producer.get(source) if source is not None else None
+    if sub is None or sub.op_type != "Sub" or len(sub.inputs) != 2:
+        return False
+    mean = producer.get(sub.inputs[1])
+    return mean is not None and mean.op_type == "ReduceMean" and sub.inputs[0] in mean.inputs
 
 
 # Where a scale-invariant region ends: its output no longer grows with the input's scale.

@@ -32,7 +32,7 @@ from .rotary import alternatives, find_block
 from .thresholds import Thresholds
 
 # Most specific first: when several trials match, the earlier pattern wins.
-PRIORITY = ["nan_inf", "zero_input", "bias_only", "rotary_layout", "wrong_coordinates", "wrong_semantics", "permutation",
+PRIORITY = ["nan_inf", "missing_op", "zero_input", "bias_only", "rotary_layout", "wrong_coordinates", "wrong_semantics", "permutation",
             "scale_shift", "constant"]
 BIAS_OPS = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}
 FLATTENING_OPS = {"Flatten", "Reshape", "Gemm", "MatMul", "Squeeze"}

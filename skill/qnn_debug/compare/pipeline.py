@@ -35,8 +35,10 @@ from .model_diff import ModelDifference, NodeDifference, describe, model_differe
 from .options import CompareOptions
 from .pattern_stage import find_patterns
 from .probe_args import probe_args
+from .rail import mark_rows
 from .rows import PREFETCH_AHEAD, measure
 from .schema import CompareResult, FirstFailing
+from .shipped import shipped_check
 from .top1 import top1_agreement
 from .trust import mark_trust
 from .verdict import Findings, mark_first_failing, name_on_target, note_unchecked
@@ -175,6 +177,8 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
                            progress=progress)
     # 5. patterns
     patterns = find_patterns(rerun, measured, located, ref, target, semantics=opts.patterns)
+    if patterns.overflow is not None:  # does the converted model hold that tensor at all (a fused LayerNorm)?
+        patterns.overflow.shipped = shipped_check(patterns.overflow, located.ops, mnn_model)
     # 6. verdict
     findings = Findings.gather(measured, located, rerun, patterns, outputs=list(ref.record.outputs),
                                observer_effect_db=target.record.observer_effect_db, has_floor=side.floor is not None,
@@ -183,6 +187,7 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
     decision = name_on_target(decision, target, located.ops, located.graph_tensors(measured.rows))
     decision = note_unchecked(decision, located.suspects, len(rerun.findings))
     decision = mark_first_failing(decision, measured.all_rows, th)
+    mark_rows(measured.all_rows, patterns.rail)
     difference = model_difference(model, model_path, target)
     here = _name_op_that_ran(decision.first, difference)
     # 7. wording
@@ -203,6 +208,9 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
         warnings=warnings, thresholds=th.model_dump(), elapsed_s=round(time.monotonic() - t_start, 3),
     )
     _mark_target_model(result, difference, here, model, ref)
+    note = target.record.extra.get("observer_effect")
+    if isinstance(note, str):  # a plain dump: the effect measured from the unmarked outputs beside it, or why not
+        result.verdict.evidence["observer_effect"] = note
     result.next_steps = rules.next_steps(result)
     return mark_trust(result, side)
 

@@ -8,7 +8,7 @@ model is not fp16-safe there, and an fp16 floor run fails the same way, so the f
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
@@ -34,6 +34,7 @@ class RangeEntry(BaseModel):
     position: int = -1
     max_abs: float
     beyond_htp: bool  # also beyond HTP's 131008 saturation: the device value is clipped, not just coarse
+    harmless: str | None = None  # "at the rail, harmless: ..." when nothing downstream feels the clipped value
 
 
 class RangeReport(BaseModel):
@@ -44,18 +45,20 @@ class RangeReport(BaseModel):
     checked: int = 0
     largest: RangeEntry | None = None  # the reference's largest magnitude overall (safe or not)
     unsafe: list[RangeEntry] = Field(default_factory=list)  # execution order, first MAX_LISTED
-    unsafe_count: int = 0
+    unsafe_count: int = 0  # tensors beyond 65504 whose difference reaches something (the harmless ones excluded)
+    harmless_count: int = 0  # tensors beyond 65504 that nothing downstream feels (listed in ``unsafe``, marked)
 
     @property
     def fp16_safe(self) -> bool:
         return self.unsafe_count == 0
 
     def sentence(self) -> str:
-        """One plain sentence for summaries; empty when every tensor fits."""
-        if not self.unsafe:
+        """One plain sentence for summaries; empty when every tensor that matters fits."""
+        harmful = [e for e in self.unsafe if e.harmless is None]
+        if not harmful:
             return ""
-        first = self.unsafe[0]
-        worst = max(self.unsafe, key=lambda e: e.max_abs)
+        first = harmful[0]
+        worst = max(harmful, key=lambda e: e.max_abs)
         head = f"Not fp16-safe: `{first.tensor}` reaches {first.max_abs:.3g}"
         if worst.tensor != first.tensor:
             head += f" (largest: `{worst.tensor}` at {worst.max_abs:.3g})"
@@ -88,8 +91,12 @@ def reference_maxima(run: Run) -> dict[str, float]:
     return out
 
 
-def range_report(run: Run, maxima: Mapping[str, float] | None = None) -> RangeReport:
-    """The fp16 range report of a (reference) run."""
+Judge = Callable[[str, float], "str | None"]  # (tensor, max|x|) -> "at the rail, harmless: ..." or None
+
+
+def range_report(run: Run, maxima: Mapping[str, float] | None = None, judge: Judge | None = None) -> RangeReport:
+    """The fp16 range report of a (reference) run; ``judge`` marks the tensors nothing downstream feels (a mask's
+    fill value, a masked Softmax input), which do not make the model unsafe."""
     maxima = dict(maxima) if maxima is not None else reference_maxima(run)
     entries = []
     largest: RangeEntry | None = None
@@ -102,8 +109,11 @@ def range_report(run: Run, maxima: Mapping[str, float] | None = None) -> RangeRe
         if largest is None or m > largest.max_abs:
             largest = entry
         if m > FP16_MAX:
+            entry.harmless = judge(rec.name, m) if judge is not None else None
             entries.append(entry)
-    return RangeReport(checked=len(maxima), largest=largest, unsafe=entries[:MAX_LISTED], unsafe_count=len(entries))
+    harmless = sum(e.harmless is not None for e in entries)
+    return RangeReport(checked=len(maxima), largest=largest, unsafe=entries[:MAX_LISTED],
+                       unsafe_count=len(entries) - harmless, harmless_count=harmless)
 
 
 def first_overflows(ops: Iterable[tuple[str, tuple[str, ...], tuple[str, ...]]],

@@ -150,7 +150,8 @@ def _rows_table(r: CompareResult) -> list[str]:
         idx = next((i for i, row in enumerate(rows) if row.name == _first_row_name(r)), 0)
         pick = rows[max(0, idx - 4) : idx + 6]
     worst = sorted((row for row in rows if row not in pick), key=lambda x: -(x.excess_db or 0.0))
-    pick = sorted([*pick, *worst[: max(0, MAX_ROWS - len(pick))]], key=lambda x: x.position)
+    rail = [row for row in rows if row.note and row not in pick][:3]  # why a 65504 tensor is not the answer
+    pick = sorted([*pick, *rail, *worst[: max(0, MAX_ROWS - len(pick) - len(rail))]], key=lambda x: x.position)
     out = [f"## Tensors ({len(pick)} of {len(rows)}: around the first failing op and the worst; all in {JSON_FILE})", "",
            _excess_legend(r), "",
            "| pos | tensor | op type | SQNR target | SQNR floor | excess | jump | diff rate | cosine | status |",
@@ -160,7 +161,13 @@ def _rows_table(r: CompareResult) -> list[str]:
         mark = " ⟵" if r.first_failing is not None and row.name == _first_row_name(r) else ""
         out.append(f"| {row.position} | `{row.label or row.name}`{mark} | {row.op_type or 'input'} | {fmt.db(m.get('sqnr_db'))} | "
                    f"{fmt.db(f.get('sqnr_db'))} | {fmt.amount(row.excess_db)} | {fmt.amount(row.jump_db)} | "
-                   f"{fmt.rel(m.get('diff_rate'))} | {_cos(m.get('cosine'))} | {row.status} |")
+                   f"{fmt.rel(m.get('diff_rate'))} | {_cos(m.get('cosine'))} | {row.status}"
+                   f"{' (at the rail, harmless)' if row.note else ''} |")
+    notes = [row for row in rows if row.note]
+    if notes:
+        out += ["", f"At the fp16 rail but harmless ({len(notes)}): these leave ±65504 in the reference, but nothing "
+                "downstream feels it, so none of them is the first failing op:", ""]
+        out += [f"- `{row.label or row.name}`: {row.note}" for row in notes[:10]]
     return [*out, ""]
 
 

@@ -26,7 +26,7 @@ VerdictKind = Literal["ok", "precision", "quantization", "real_bug", "input_not_
 Pattern = Literal[
     "none", "zero_input", "bias_only", "permutation", "wrong_coordinates", "wrong_semantics",
     "scale_shift", "constant", "nan_inf", "encoding_range", "fp16_range",
-    "rotary_layout",
+    "rotary_layout", "missing_op",
 ]
 # ``fp16_range``: a value beyond fp16's range (HTP saturates it at ±131008, an IEEE producer makes it inf); stored
 # results from before it was named carry ``nan_inf`` for that case. ``nan_inf`` is a target holding NaN/inf
@@ -117,6 +117,7 @@ class TensorRow(BaseModel):
     stands_for: str | None = None  # alias rows: the reference tensor compared against
     equivalence: str | None = None  # alias rows: why the target tensor holds that tensor's values
     label: str | None = None  # alias rows: "<target name> ≡ <reference name>"
+    note: str | None = None  # e.g. "at the rail, harmless: ..." (a range finding nothing downstream feels)
 
 
 class UnalignedRow(BaseModel):

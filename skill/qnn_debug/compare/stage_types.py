@@ -15,6 +15,7 @@ from .localise import OpNode, Suspect
 from .overflow import Overflow
 from .patterns import PatternContext, Trial
 from .quant_detect import QuantDetection, RangeClip
+from .rail import Harmless
 from .schema import LocalError, TensorRow
 
 __all__ = ["Confirmed", "Finding", "InputMismatch", "Measured", "PatternFindings", "Rerun"]
@@ -82,3 +83,4 @@ class PatternFindings:
 
     overflow: Overflow | None = None
     range_clip: RangeClip | None = None
+    rail: list[Harmless] = field(default_factory=list)  # tensors at the fp16 rail that nothing downstream feels

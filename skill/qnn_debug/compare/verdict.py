@@ -30,9 +30,10 @@ from ..runstore import Run
 from .criterion import SQNR
 from .drift import find_drift
 from .fusion import name_target_op
-from .localise import Located, OpNode, Suspect
+from .localise import Located, OpNode, Suspect, downstream_ops
 from .overflow import Overflow
 from .quant_detect import RangeClip
+from .rail import Harmless
 from .schema import FirstFailing, Pattern, TensorRow, VerdictKind
 from .stage_types import Finding, InputMismatch, Measured, PatternFindings, Rerun
 from .thresholds import OUTPUT_OK_DB, Thresholds
@@ -66,6 +67,8 @@ class Findings:
     range_clip: RangeClip | None = None  # the first tensor whose device encoding clips the data (quantized targets)
     quantized_by: list[str] = field(default_factory=list)  # what says the target is quantized
     top1: dict[str, Top1] = field(default_factory=dict)  # graph output -> argmax agreement with the reference
+    rail: list[Harmless] = field(default_factory=list)  # tensors at the fp16 rail that nothing downstream feels
+    ops: list[OpNode] = field(default_factory=list)  # the graph in execution order (what blame may follow)
 
     def every_row(self) -> list[TensorRow]:
         return self.all_rows or list(self.rows.values())
@@ -81,7 +84,8 @@ class Findings:
                    uncompared=measured.uncompared, local_unavailable=located.local_note,
                    observer_effect_db=observer_effect_db, has_floor=has_floor, all_rows=measured.all_rows,
                    overflow=patterns.overflow, range_clip=patterns.range_clip,
-                   quantized_by=measured.detection.sources, top1=top1 or {})
+                   quantized_by=measured.detection.sources, top1=top1 or {}, rail=patterns.rail,
+                   ops=located.ops)
 
 
 @dataclass
@@ -177,6 +181,8 @@ def context(found: Findings, th: Thresholds) -> Context:
         base["floor"] = f"none: tensors judged against {th.floor_cap_db:g} dB SQNR"
     if found.observer_effect_db:
         base["observer_effect_db"] = found.observer_effect_db
+    if found.rail:
+        base["rail_harmless"] = [h.evidence() for h in found.rail[:10]]
     worst = _worst(found)
     if worst is not None:
         base["worst_excess"] = {"tensor": worst.name, "excess_db": _r(worst.excess_db)}
@@ -252,7 +258,7 @@ def _overflow(found: Findings, base: dict[str, Any], hit: Finding | None) -> Dec
     ev: dict[str, Any] = {**base, "fp16_range": o.evidence()}
     if o.row is not None:
         ev.update(_row_evidence(o.row))
-    if hit is not None:
+    if hit is not None and hit.suspect.op.name in downstream_ops(found.ops, o.op):
         ev["downstream_suspect"] = {"tensor": hit.suspect.tensor, "op": hit.suspect.op.name,
                                     "local_sqnr_db": _r(hit.local.sqnr_db if hit.local else None),
                                     "note": "its error follows from the overflow upstream"}
@@ -308,15 +314,25 @@ def encoding_range(found: Findings, th: Thresholds, ctx: Context) -> Decision | 
 
 
 def fp16_range(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
-    """The first op leaving the fp16 range, unless a confirmed wrong op comes before it."""
+    """The first op leaving the fp16 range, unless a confirmed wrong op comes before it or does not depend on it
+    (an error is inherited only along the data flow: a wrong op the overflow cannot reach is a fault of its own)."""
     over, hit = found.overflow, ctx.hit
     if over is None or (hit is not None and hit.suspect.op.position < over.op.position):
+        return None
+    if hit is not None and found.ops and hit.suspect.op.name not in downstream_ops(found.ops, over.op):
         return None
     return _overflow(found, ctx.evidence(), hit)
 
 
 def bug(found: Findings, th: Thresholds, ctx: Context) -> Decision | None:
-    return _bug(found, ctx.hit, ctx.evidence()) if ctx.hit is not None else None
+    if ctx.hit is None:
+        return None
+    d = _bug(found, ctx.hit, ctx.evidence())
+    o = found.overflow
+    if o is not None:  # a range finding the wrong op does not depend on: a second problem, kept in view
+        d.evidence["also_fp16_range"] = {"op": o.op.name, "tensor": o.tensor, "reference_max_abs": round(o.ref_max, 1),
+                                         "note": "not fp16-safe there too, on a path the wrong op does not read"}
+    return d
 
 
 def ops_evidence(found: Findings, ctx: Context) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The wording stage: a :class:`~.verdict.Decision` and the findings it rests on become the verdict's summary
-sentence, and a finished result becomes its next steps.
+"""The wording stage's sentences: a :class:`~.verdict.Decision` and the findings it rests on become the verdict's
+summary sentence (the next steps are in :mod:`.steps` and :mod:`.steps_range`).
 
 Every sentence of a comparison is built here, from numbers the earlier stages measured; nothing here decides.
 Each verdict rule (:mod:`.rules`) uses one sentence function and one next-steps function from here.
@@ -23,16 +23,13 @@ every htp-sim run keeps in ``unmarked_outputs.npz``.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..mnn.soc import DEFAULT_SOC
-from ..next_step import Arg, NextStep, Var, step
-from ..runstore import INPUTS_FILE, REFERENCE_DIR
 from . import fmt
 from .local_error import local_limit_db
 from .patterns import Trial
 from .schema import FirstFailing, TensorRow, Verdict
+from .shipped import shipped_words
 from .thresholds import Thresholds
 from .verdict import (
     Decision,
@@ -47,8 +44,7 @@ from .verdict import (
 )
 
 if TYPE_CHECKING:
-    from ..targets.base import Target
-    from .schema import CompareResult
+    pass
 
 
 # --- the summary sentence ----------------------------------------------------------------------------------
@@ -189,9 +185,10 @@ def fp16_range_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     failing = floor_fails(d)
     floor_words = (f" The fp16 floor fails the same way (worst output {fmt.db_unit(failing)}): no fp16 engine can "
                    f"run this as is." if failing is not None else " No fp16 engine can run this as is.")
+    shipped = shipped_words(o.shipped, o.tensor) if o.shipped else ""
     return (f"Precision, not a wrong op: the model is not fp16-safe. {where} is the first op whose reference "
             f"output leaves the fp16 range: `{o.tensor}` reaches {o.ref_max:.3g} (fp16 max 65504) while its "
-            f"inputs stay within ±{o.input_max:.3g}{inside}; {target}.{floor_words} Rescale by "
+            f"inputs stay within ±{o.input_max:.3g}{inside}; {target}.{floor_words}{shipped} Rescale by "
             f"2^-{o.rescale_exponent()} around it (see next steps).")
 
 
@@ -310,333 +307,5 @@ def _pattern_words(pattern: str, best: Trial | None) -> str:
         "rotary_layout": f"the output is reproduced by a rotary embedding with {best.variant}",
         "scale_shift": f"{best.variant}",
         "constant": f"its output is constant ({best.variant})",
+        "missing_op": f"the output is reproduced with {best.variant}",
     }.get(pattern, best.variant)
-
-
-
-# --- next steps --------------------------------------------------------------------------------------------
-
-WRONG_NUMBERS = "playbooks/wrong-numbers.md"
-SHAPE_MUTABLE = "playbooks/shape-mutable.md"
-UNMARKED_OUTPUTS = "unmarked_outputs.npz"  # written by every htp-sim run (workers/htp_worker.py)
-# Marked vs unmarked outputs closer than this to the output's own error: marking changed what is measured.
-OBSERVER_MARGIN_DB = 10.0
-
-MODEL = Var("MODEL", "the .onnx model the baseline was built from")
-MNN_MODEL = Var("MNN_MODEL", "the .mnn model the device ran")
-TESTDIR = Var("TESTDIR", "the MNN test dir the run used")
-INPUTS = Var("INPUTS", "the .npz of inputs the baseline used")
-FIXED_MODEL = Var("FIXED_MODEL", "the edited .onnx model")
-FIXED_BASELINE = Var("FIXED_BASELINE", "a new output folder")
-NEW_BASELINE = Var("NEW_BASELINE", "a new output folder")
-NEW_TARGET = Var("NEW_TARGET", "the new dump (run folder, MNN dump folder or .npz)")
-QDQ_MODEL = Var("QDQ_MODEL", "the re-calibrated QDQ .onnx model")
-FLOAT_MODEL = Var("FLOAT_MODEL", "the float .onnx model before quantization")
-EXPORT_DIR = Var("EXPORT_DIR", "the llmexport output folder (the one holding llm.mnn)")
-THIS_RESULT = Var("THIS_RESULT", "this comparison: the diagnose --out folder, or the file compare --json FILE wrote")
-INPUT_RANGE = Var("INPUT_RANGE", "each float input's real range as NAME=MIN:MAX, e.g. x=0:255 for raw pixels")
-
-
-
-def _baseline_dir(r: CompareResult) -> Path:
-    """The baseline directory when the reference is a baseline's ``reference/`` run, else the reference itself."""
-    ref = Path(r.reference)
-    return ref.parent if ref.name == REFERENCE_DIR and r.floor is not None else ref
-
-
-def _inputs(r: CompareResult) -> list[Arg]:
-    ref = Path(r.reference)
-    return ["--inputs", _baseline_dir(r) / INPUTS_FILE if ref.name == REFERENCE_DIR else INPUTS]
-
-
-def _model(r: CompareResult) -> Arg:
-    return r.model if r.model else MODEL
-
-
-def _mnn_model(r: CompareResult) -> Arg:
-    return r.mnn_model if r.mnn_model else MNN_MODEL
-
-
-def _is_htp_sim(r: CompareResult) -> bool:
-    """Only htp-sim runs measure the observer effect (they also keep the unmarked outputs)."""
-    return r.target_kind == "run" and r.observer_effect_db is not None
-
-
-def _fusions(r: CompareResult) -> list[str]:
-    """ORT fusions that changed HTP numerics in measured models and that this graph offers."""
-    types = {t.op_type for t in r.tensors if t.op_type}
-    found = []
-    if "Conv" in types and "BatchNormalization" in types:
-        found.append("ConvBNFusion")
-    if "MatMul" in types and "Add" in types:  # transformer graphs
-        found.append("MatMulAddFusion")
-    return found
-
-
-def undecided_steps(r: CompareResult) -> list[NextStep]:
-    """What the verdict lacks: a floor and a re-run, both of which come from the ONNX model."""
-    model: Arg = r.model if r.model and str(r.model).lower().endswith(".onnx") else MODEL
-    ref = Path(r.reference)
-    saved = ref.parent / INPUTS_FILE  # a baseline's reference/ (an .mnn baseline has no floor but has its inputs)
-    inputs: list[Arg] = ["--inputs", saved if ref.name == REFERENCE_DIR and saved.is_file() else INPUTS]
-    mnn: list[Arg] = ["--mnn-model", _mnn_model(r)] if r.target_kind == "mnn-dump" else []
-    return [step("baseline", ["baseline", model, *inputs, "--out", NEW_BASELINE],
-                 "Build the reference and its fp16 floor from the ONNX model with the inputs the target ran: the floor "
-                 "says how much error fp16 alone gives."),
-            step("compare", ["compare", NEW_BASELINE, r.target, "--model", model, *mnn],
-                 "Compare again against that baseline: the suspect op is re-run on the target's own inputs and the "
-                 "verdict becomes real_bug, precision or ok.")]
-
-
-def precision_steps(r: CompareResult) -> list[NextStep]:
-    if not _is_htp_sim(r):
-        return _precision_mnn(r)
-    base, run = _baseline_dir(r), Path(r.target)
-    steps = [_observer_step(r, base, run)]
-    fusions = _fusions(r)
-    for opt in fusions:
-        steps += _redump_steps(r, base, run, [opt], f"ORT's {opt} off")
-    if not fusions:  # neither measured culprit is in this graph: try the other known fusions in one go
-        steps += _redump_steps(r, base, run, _other_fusions(), "the other ORT fusions off")
-    last = steps[-1]
-    last.why = (f"{last.why.rstrip('.')}; if none of this changes the error, the loss is HTP's fp16 arithmetic "
-                f"itself (rounding accumulated along the graph, or a LUT op such as Sigmoid or Softmax amplified "
-                f"downstream), not a wrong op: see {WRONG_NUMBERS} (fp16 noise vs bug).")
-    return steps
-
-
-def _fusion_target() -> Target:
-    """The target whose options switch graph fusions off: the fusions and the option come from its own hints."""
-    from ..targets import TARGETS, target
-
-    return next(target(n) for n in TARGETS if target(n).capabilities.fusion_switches)
-
-
-def _other_fusions() -> list[str]:
-    return [o for o in _fusion_target().known_fusions() if o not in ("ConvBNFusion", "MatMulAddFusion")]
-
-
-def _redump_steps(r: CompareResult, base: Path, run: Path, optimizers: list[str], what: str) -> list[NextStep]:
-    """Re-dump on the simulator with ``optimizers`` disabled, then compare marked tensors and unmarked outputs."""
-    precision: list[Arg] = ["--precision", r.precision] if r.precision in ("fp16", "quantized") else []
-    new = run.with_name(f"{run.name}-no-{'-'.join(optimizers) if len(optimizers) == 1 else 'fusions'}")
-    tgt = _fusion_target()
-    return [
-        step("dump_qnn", ["dump", _model(r), "--target", tgt.name, *precision, *_inputs(r),
-                          *tgt.fusion_option(optimizers), "--out", new],
-             f"Re-dump with {what} (fusions change HTP numerics; marking blocks some of them); add the original "
-             f"--soc/--arch if not soc {DEFAULT_SOC}."),
-        step("compare", ["compare", base, new], f"Compare the re-dump with {what} tensor by tensor."),
-        step("compare", ["compare", base, new / UNMARKED_OUTPUTS],
-             f"Compare the re-dump's unmarked outputs with {what} (the graph as shipped)."),
-    ]
-
-
-def _observer_step(r: CompareResult, base: Path, run: Path) -> NextStep:
-    """Compare the unmarked outputs (the graph as shipped) with the marked per-layer errors."""
-    effect = r.observer_effect_db or {}
-    marked = {t.name: t.metrics.get("sqnr_db") for t in r.tensors if t.name in effect}
-    pairs = "; ".join(f"{k}: marked output SQNR {fmt.db_unit(marked.get(k))}, marked vs unmarked {fmt.observer(v)}"
-                      for k, v in effect.items())
-    return step("compare", ["compare", base, run / UNMARKED_OUTPUTS],
-                f"Compare the unmarked output error with these marked per-layer errors: this measures the outputs "
-                f"of the graph as shipped (no tensor marked); observer effect here ({pairs}): "
-                f"{_observer_reading(marked, effect)}")
-
-
-def _observer_reading(marked: dict[str, float | None], effect: dict[str, float]) -> str:
-    """Whether marking moved the outputs by as much as their error (then the per-layer numbers mislead)."""
-    close = [k for k, v in effect.items() if marked.get(k) is not None and v < (marked[k] or 0.0) + OBSERVER_MARGIN_DB]
-    if close:
-        return (f"marking moved {', '.join(close)} by about as much as the error itself, so the marked per-layer "
-                f"errors describe a different graph; trust the unmarked comparison and bisect with the fusions below.")
-    return ("marking barely moved the outputs compared with their error, so the marked per-layer errors describe "
-            "the graph as shipped.")
-
-
-def _precision_mnn(r: CompareResult) -> list[NextStep]:
-    """MNN targets (device, host, MNN dumps): ORT fusions do not apply; check fp16 itself.
-
-    No step suggests MNN ``precision=High`` as an fp32 check: on HTP the QNN graph is fp16 either way (graph
-    precision FLOAT16 in MNN's QNN backend, ``fp16_relaxed_precision`` in the offline path)."""
-    return [
-        step("run_on_device", ["run", _mnn_model(r), "--target", "device", "--forward", "cpu", "--precision", "low",
-                               "--baseline", _baseline_dir(r)],
-             "Get a device-side fp16 floor by running the .mnn on the phone's CPU in fp16: an error of the same size "
-             "there is fp16, not a wrong op (precision high is no fp32 check on HTP: its graph precision stays "
-             "FLOAT16)."),
-        step("diagnose", ["diagnose", _model(r), "--target", "htp-sim"],
-             f"See how the same ONNX model behaves on the simulator, where fusion effects can be toggled; "
-             f"background: {WRONG_NUMBERS} (fp16 noise vs bug)."),
-    ]
-
-
-def fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
-    """Remedies for a model that is not fp16-safe, each with why, most targeted first; each is checked by
-    diagnosing the edited model, and the baseline of the edited model lists what is still out of range."""
-    op, tensor, k = ev.get("op"), ev.get("tensor"), ev.get("rescale_exponent")
-    source, construct = ev.get("rescale_input"), ev.get("scale_invariant")
-    ref_max = float(ev.get("reference_max_abs") or 0.0)
-    scale = f"2^-{k}" if k else "2^-k"
-    where = f"`{source}` (the input of {op})" if source else f"the input of {op}"
-    squaring = bool(ev.get("squaring"))
-    shrink = "squares shrink with the square of the factor, so " if squaring else ""
-    top = float(ev.get("region_max_abs") or ref_max)
-    top_tensor = ev.get("region_max_tensor") or tensor
-    after = top / (4.0 if squaring else 2.0) ** int(k or 1)
-    largest = (f"`{top_tensor}`, the largest value up to the normalisation, drops from {top:.3g}"
-               if top_tensor != tensor else f"`{tensor}` drops from {ref_max:.3g}")
-    check: list[Arg] = ["diagnose", FIXED_MODEL, "--target", "htp-sim", *_inputs(r)]
-    remedies = []
-    if construct:
-        why = {"L2-norm": "x / ||x|| is unchanged when x is scaled",
-               "RMSNorm": "x / rms(x) is unchanged when x is scaled (scale eps by the square of the factor)",
-               "LayerNorm": "(x - mean) / std is unchanged when x is scaled (scale eps by the square of the factor)",
-               "Softmax input": "softmax(x - max(x)) equals softmax(x), and the shifted logits stay small"}[str(construct)]
-        remedies.append(f"Rescale by a power of two around the scale-invariant {construct}: {_rescale_place(ev, scale)} "
-                        f"({shrink}{largest} to about {after:.3g}, {_headroom(after)} inside fp16's 65504 for "
-                        f"these inputs: size it on your largest input), then diagnose the edited model; why: {why}, "
-                        f"and a power of two is exact in fp16, so nothing else changes.")
-    else:
-        remedies.append(f"Rescale by a power of two: multiply {where} by {scale} and undo it after the value is back "
-                        f"in range (`{tensor}` reaches {ref_max:.3g}; fp16 holds 65504, HTP saturates at 131008), "
-                        f"then diagnose the edited model; why: a power of two is exact in fp16, so only the range "
-                        f"changes.")
-    remedies.append(f"Or move the reduction earlier: average instead of summing (ReduceMean, or divide by the count "
-                    f"before {op}) so partial results stay in range, then diagnose the edited model; why: a sum of N "
-                    f"squares grows N times faster than its mean, and the mean is what the normalisation needs.")
-    remedies.append(f"Or keep this region off the NPU (run {op} and its normalisation on CPU, split the graph there), "
-                    "then diagnose the edited model; why: MNN's precision=High does not help — on HTP the QNN graph is "
-                    "fp16 either way (graph precision FLOAT16; the offline path sets fp16_relaxed_precision), so only "
-                    "another backend holds the value.")
-    steps = [step("diagnose", check, why) for why in remedies]
-    if construct:
-        steps.insert(1, step("fix_and_prove", ["fix", THIS_RESULT, "--input-range", INPUT_RANGE],
-                             "Or let the tool write that rescale and prove it: it sizes the power of two over the "
-                             "declared input range (the worst case, not only this sample), writes "
-                             "a new .fp16-rescaled.onnx file beside the model and checks fp32 equivalence, the range on "
-                             "the sample and the worst-case input, and the simulator run."))
-    steps.append(step("baseline", ["baseline", FIXED_MODEL, *_inputs(r), "--out", FIXED_BASELINE],
-                      "After the change, check the range before the device: the baseline of the edited model lists "
-                      "the tensors that are still not fp16-safe (baseline.json `ranges`)."))
-    return steps
-
-
-HEADROOM_WORDS = "4"  # overflow.HEADROOM, in words
-
-
-def _headroom(after: float) -> str:
-    """How far inside 65504 the rescaled largest value lands: the measured factor (a power of two rounds the
-    design headroom of 4 up, so it is 4 to 16), never the design figure passed off as the result."""
-    if after <= 0:
-        return f"at least a factor {HEADROOM_WORDS}"
-    return f"a factor {65504.0 / after:.3g}"
-_WEIGHTED = {"Conv": "W and B", "ConvTranspose": "W and B", "Gemm": "B and C (or alpha and C)",
-             "MatMul": "its weight (and the bias Add right after it, if any)"}
-
-
-def _rescale_place(ev: dict[str, Any], scale: str) -> str:
-    """Where the factor goes so that only the normalisation sees it: folded into the producing op when every reader
-    of the value is inside the normalisation, else one Mul feeding exactly the readers inside it."""
-    source, op = ev.get("rescale_input"), ev.get("op")
-    inside, outside = list(ev.get("rescale_uses_inside") or []), list(ev.get("rescale_uses_outside") or [])
-    producer, ptype = ev.get("rescale_producer"), ev.get("rescale_producer_type")
-    if source is None:
-        return f"multiply the input of {op} by {scale}, and every other use of it inside the normalisation"
-    readers = ", ".join(inside) if inside else str(op)
-    only = f" — scaling only {op}'s input would change the result"
-    if not outside and ptype in _WEIGHTED:
-        return (f"fold {scale} into {producer}'s weights ({ptype}: multiply {_WEIGHTED[str(ptype)]} by {scale}), so "
-                f"that every reader of `{source}` ({readers}, all inside the normalisation) sees the scaled value{only}")
-    if not outside and producer is None:
-        return (f"scale the model input `{source}` by {scale} (in preprocessing, or one Mul by {scale} right after "
-                f"the input feeding all its readers: {readers}){only}")
-    rest = f"; {', '.join(outside[:4])} keep reading the unscaled `{source}`" if outside else ""
-    return (f"insert one Mul(`{source}`, {scale}) and feed it to every reader of `{source}` inside the normalisation "
-            f"({readers}){rest}{only}")
-
-
-def real_bug_steps(r: CompareResult) -> list[NextStep]:
-    ff = r.first_failing
-    pattern = f" for the `{r.verdict.pattern}` pattern" if r.verdict.pattern != "none" else ""
-    playbook = (f"then follow {WRONG_NUMBERS}{pattern}: the classic causes of a wrong op in MNN's QNN backend and "
-                f"how to confirm each")
-    op: Arg = ff.op_type if ff is not None and ff.op_type else Var("OP_TYPE", "the first failing op's type")
-    where = f" ({ff.op})" if ff is not None and ff.op else ""
-    subject = ff.op_type if ff is not None and ff.op_type else "the op"
-    probe = list(ff.probe) if ff is not None and ff.op_type else []
-    shapes = " with its real input shapes and attributes" if probe else ""
-    steps = [step("lookup_op_constraints", ["op", op, "--probe", *probe],
-                  f"Check {subject}'s QNN/HTP constraints{where} and known MNN traps, and try it alone on the "
-                  f"simulator{shapes}; {playbook}.")]
-    if "local_error" in r.verdict.evidence:
-        steps.append(step("compare", ["compare", _baseline_dir(r), r.target, "--model", _model(r)],
-                          "Let compare re-run the op on CPU to confirm."))
-    return steps
-
-
-def input_not_copied_steps(r: CompareResult) -> list[NextStep]:
-    """Zeros: the input was not copied. A copy that differs otherwise may just be a baseline built from other
-    data, which is the cheaper check, so it comes first."""
-    steps = []
-    mismatch = r.verdict.evidence.get("input_mismatch")
-    if isinstance(mismatch, dict):
-        mnn: list[Arg] = ["--mnn-model", _mnn_model(r)] if r.target_kind == "mnn-dump" else []
-        steps.append(step("baseline", ["baseline", _model(r), "--inputs", TESTDIR, "--out", NEW_BASELINE],
-                          f"Rebuild the baseline from the inputs the device used (the MNN test dir, or an .npz of "
-                          f"{mismatch.get('input')!r} as it was fed)."))
-        steps.append(step("compare", ["compare", NEW_BASELINE, r.target, *mnn],
-                          "Compare again with the rebuilt baseline"
-                          + (" (with the same --mnn-model)" if mnn else "")
-                          + ": if the input then matches, the first comparison only used other data."))
-    first = "Otherwise set" if steps else "Set"
-    steps.append(step("toggle_shapeMutable", ["toggle-shape-mutable", TESTDIR, "--value", "false"],
-                      f"{first} shapeMutable to false in the MNN test dir the run used; why online QNN needs it, and "
-                      f"the other shape traps: {SHAPE_MUTABLE}."))
-    steps.append(step("run_on_device", ["run", _mnn_model(r), "--testdir", TESTDIR],
-                      "Run the test dir again with shapeMutable false, then compare again."))
-    return steps
-
-
-def encoding_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
-    """A device encoding that clips the data: widen it where it is set, then check again."""
-    tensor = ev.get("tensor")
-    lo, hi = ev.get("device_range") or [None, None]
-    rlo, rhi = ev.get("reference_range") or [None, None]
-    model = ev.get("model_range")
-    calibrated = (f"; the model's own QDQ encoding spans [{model[0]:.4g}, {model[1]:.4g}], so the device run used "
-                  f"another encoding than the model's (a re-export, an inherited scale, or calibration on other data)"
-                  if isinstance(model, list) and None not in model else "")
-    return [
-        step("compare", ["compare", _baseline_dir(r), NEW_TARGET],
-             f"Widen the encoding of `{tensor}` to cover its data — the device range is [{lo:.4g}, {hi:.4g}] while "
-             f"the reference spans [{rlo:.4g}, {rhi:.4g}]; re-calibrate with representative inputs or set its scale "
-             f"from the real range{calibrated} — then dump again and compare: values beyond the range are clipped "
-             f"to the rail, which no later op can undo, and the clipping is gone when no tensor shows an "
-             f"`encoding_range` finding (background: {WRONG_NUMBERS})."),
-        step("check_llm_export", ["llm-check", EXPORT_DIR],
-             f"If `{tensor}` is a Mul output (e.g. SwiGLU gate*up in an LLM export), give it its own calibrated "
-             f"scale instead of one operand's — a product inherits neither operand's range, so a copied scale "
-             f"saturates (llm-check lists the Mul outputs that reuse an operand's encoding); for 16-bit "
-             f"activations, also check the encoding is not unsigned for data with negative values."),
-    ]
-
-
-def quantization_steps(r: CompareResult) -> list[NextStep]:
-    worst = r.verdict.evidence.get("worst_excess", {}).get("tensor")
-    row = next((t for t in r.tensors if t.name == worst), None)
-    where = f"{worst!r}" if worst else "the worst tensor"
-    span = ""
-    if row is not None and row.metrics.get("max_abs_ref") is not None:
-        span = f" (its reference values reach ±{row.metrics['max_abs_ref']:.3g})"
-    return [
-        step("diagnose", ["diagnose", QDQ_MODEL, "--precision", "quantized"],
-             f"Check the encodings and calibration of {where}: its scale/offset (`tensors[].quant` in "
-             f"{Path(r.target) / 'run.json'}) against its real value range{span} — a range calibrated much wider "
-             f"than the data wastes steps, a narrower one clips; if the encodings match the data but the loss is "
-             f"too large, re-calibrate with representative inputs or 16-bit activations (onnxruntime.quantization "
-             f"get_qnn_qdq_config, activation_type=QUInt16) and diagnose again."),
-        step("baseline", ["baseline", FLOAT_MODEL, *_inputs(r)],
-             f"To see what quantization costs against fp32, build a baseline of the float model on the same inputs "
-             f"and compare this run with it; background: {WRONG_NUMBERS}."),
-    ]

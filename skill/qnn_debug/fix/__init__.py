@@ -19,7 +19,7 @@ from .models import RANGE_PATTERNS, FixResult
 def run_fix(result: str, out: Path, *, model: str | None = None, input_range: dict[str, list[float]] | None = None,
             test_dir: str | None = None, soc_model: int = 69, timeout: float = 1800.0, force: bool = False,
             cases: str | None = None, host_options: dict[str, str] | None = None,
-            progress: Progress = NULL_PROGRESS) -> FixResult:
+            progress: Progress = NULL_PROGRESS, op: str | None = None) -> FixResult:
     """Fix the verdict of the comparison at ``result`` (see :func:`.source.load_source`)."""
     from .llm_export import is_export
     from .source import load_source, numbers  # here: importing the package (for its models) stays light
@@ -31,7 +31,14 @@ def run_fix(result: str, out: Path, *, model: str | None = None, input_range: di
     source = load_source(result)
     v = source.result.verdict
     verdict = f"{v.kind} ({v.pattern})"
-    if v.kind == "precision" and (v.pattern in RANGE_PATTERNS or "fp16_range" in v.evidence):
+    if op is not None:  # a chosen scale-invariant region kind, rescaled everywhere (:mod:`.region_rescale`)
+        from .region_rescale import fix_region_rescale
+
+        ev = v.evidence.get("fp16_range")
+        k = ev.get("rescale_exponent") if isinstance(ev, dict) else None
+        fixed = fix_region_rescale(source.result.model, source.result.reference, op, verdict=verdict, model=model,
+                                   exponent=int(k) if isinstance(k, int) else None, force=force)
+    elif v.kind == "precision" and (v.pattern in RANGE_PATTERNS or "fp16_range" in v.evidence):
         from .fp16_range import fix_fp16_range
 
         fixed = fix_fp16_range(source, model=model, input_range=input_range, out=out, soc_model=soc_model,

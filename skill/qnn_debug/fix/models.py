@@ -8,7 +8,8 @@ from pydantic import BaseModel, Field
 
 from ..next_step import NextStep
 
-FixKind = Literal["fp16_rescale", "fused_activation", "shape_mutable", "llm_export", "encoding", "none"]
+FixKind = Literal["fp16_rescale", "fused_activation", "shape_mutable", "llm_export", "encoding", "region_rescale",
+                  "none"]
 # The verdict patterns of an fp16-range finding: `fp16_range` (saturation at 131008) and `nan_inf`, which results
 # stored before that name existed carry; the evidence key `fp16_range` decides as well.
 RANGE_PATTERNS = frozenset({"fp16_range", "nan_inf"})

@@ -1,5 +1,5 @@
 """The built-in verdict rules, in the order they are asked: each binds a decision of :mod:`..verdict` to its
-sentence and next steps in :mod:`..wording`."""
+sentence in :mod:`..wording` and its next steps in :mod:`..steps` / :mod:`..steps_range`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from ...next_step import NextStep
+from .. import steps as st
+from .. import steps_range as sr
 from .. import verdict as v
 from .. import wording as w
 from ..schema import CompareResult
@@ -38,7 +40,7 @@ class _OnInputs(_Bound):
         return d
 
     def next_steps(self, r: CompareResult) -> list[NextStep] | None:
-        return w.input_not_copied_steps(r) if r.verdict.kind == "input_not_copied" else None
+        return st.input_not_copied_steps(r) if r.verdict.kind == "input_not_copied" else None
 
 
 class _OnOps(_Bound):
@@ -64,7 +66,7 @@ class EncodingRange(_Bound):
 
     def next_steps(self, r: CompareResult) -> list[NextStep] | None:
         ev = r.verdict.evidence.get("encoding_range")
-        return w.encoding_range_steps(r, ev) if r.verdict.kind == "quantization" and isinstance(ev, dict) else None
+        return sr.encoding_range_steps(r, ev) if r.verdict.kind == "quantization" and isinstance(ev, dict) else None
 
 
 class Fp16Range(_Bound):
@@ -73,7 +75,7 @@ class Fp16Range(_Bound):
 
     def next_steps(self, r: CompareResult) -> list[NextStep] | None:
         ev = r.verdict.evidence.get("fp16_range")
-        return w.fp16_range_steps(r, ev) if r.verdict.kind == "precision" and isinstance(ev, dict) else None
+        return sr.fp16_range_steps(r, ev) if r.verdict.kind == "precision" and isinstance(ev, dict) else None
 
 
 class Bug(_OnOps):
@@ -81,7 +83,7 @@ class Bug(_OnOps):
     _decide, _sentence = v.bug, w.bug_sentence
 
     def next_steps(self, r: CompareResult) -> list[NextStep] | None:
-        return w.real_bug_steps(r) if r.verdict.kind == "real_bug" else None
+        return st.real_bug_steps(r) if r.verdict.kind == "real_bug" else None
 
 
 class UnconfirmedBug(Bug):
@@ -94,7 +96,7 @@ class Quantization(_OnOps):
     _decide, _sentence = v.quantization, w.quantization_sentence
 
     def next_steps(self, r: CompareResult) -> list[NextStep] | None:
-        return w.quantization_steps(r) if r.verdict.kind == "quantization" else None
+        return st.quantization_steps(r) if r.verdict.kind == "quantization" else None
 
 
 class Undecided(_OnOps):
@@ -104,7 +106,7 @@ class Undecided(_OnOps):
     _decide, _sentence = v.undecided, w.undecided_sentence
 
     def next_steps(self, r: CompareResult) -> list[NextStep] | None:
-        return w.undecided_steps(r) if r.verdict.kind == "undecided" else None
+        return st.undecided_steps(r) if r.verdict.kind == "undecided" else None
 
 
 class Precision(_OnOps):
@@ -112,7 +114,7 @@ class Precision(_OnOps):
     _decide, _sentence = v.precision, w.precision_sentence
 
     def next_steps(self, r: CompareResult) -> list[NextStep] | None:
-        return w.precision_steps(r) if r.verdict.kind == "precision" else None
+        return st.precision_steps(r) if r.verdict.kind == "precision" else None
 
 
 class PoorFloor(Precision):
