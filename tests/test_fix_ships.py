@@ -1,0 +1,44 @@
+"""What ``compare`` advises for an fp16-range finding is never less safe than what ``fix`` writes: on a dark sample of
+raw pixels (the sample needs a smaller power of two than the declared 0..255 range), the comparison sends the user to
+``fix --input-range`` first and says its own exponent only as what the sample alone needs — on the project's L2-norm
+models (the scale folded into a Conv; a Mul on the graph input)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from diagnose_cli import diagnose_cli
+from numerics_models import l2norm_net, pixels
+from qnn_debug.cli import app
+
+runner = CliRunner()
+# An imperative exponent: "by 2^-4", "fold 2^-4 into", "Mul(`x`, 2^-4)" — a number the user would apply as is.
+IMPERATIVE = re.compile(r"(?:\bby|\bfold|Mul\([^)]*,)\s*2\^-(\d+)")
+
+
+@pytest.mark.parametrize(("variant", "conv"), [("global", True), ("pow", False)])
+def test_compare_advice_is_never_less_safe_than_the_fix(tmp_path: Path, variant: str, conv: bool) -> None:
+    sample = np.round(pixels(3, 24) * 0.3).astype(np.float32)  # a dark image: the sample understates the range
+    out = diagnose_cli(tmp_path, "l2", l2norm_net(variant=variant, conv=conv, channels=3, size=24), {"x": sample})
+    c = out["compare"]
+    k = c["verdict"]["evidence"]["fp16_range"]["rescale_exponent"]
+    res = runner.invoke(app, ["fix", str(tmp_path / "l2"), "--input-range", "x=0:255", "--out", str(tmp_path / "fix"),
+                              "--cases", str(tmp_path / "cases.jsonl"), "--json"])
+    fixed = json.loads(res.stdout)
+    (site,) = fixed["sites"]
+    assert site["exponent"] > k  # the declared range needs more than the sample
+    steps = c["next_steps"]
+    assert steps[0]["tool"] == "fix_and_prove" and "--input-range" in steps[0]["cli"]  # the safe one first
+    printed = [c["verdict"]["summary"], *(s["why"] for s in steps)]
+    applied = [int(n) for text in printed for n in IMPERATIVE.findall(text)]
+    assert all(n >= site["exponent"] for n in applied), (applied, site["exponent"], printed)
+    assert f"this sample alone needs 2^-{k}" in c["verdict"]["summary"] and "qnn-debug fix" in c["verdict"]["summary"]
+    text = runner.invoke(app, ["compare", str(tmp_path / "l2" / "baseline"), str(tmp_path / "l2" / "htp-sim"),
+                               "--model", str(tmp_path / "l2.onnx")]).stdout
+    assert not [n for n in IMPERATIVE.findall(text) if int(n) < site["exponent"]], text
