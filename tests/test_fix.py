@@ -244,6 +244,7 @@ def test_relu_lost_by_a_fused_mnn_op_is_kept_out_of_the_fusion_and_proven_on_mnn
     op_type = "Convolution" if conv else "Deconvolution"
     assert r["before"]["verdict"] == "real_bug" and r["before"]["tensor"] == "up_relu"
     fp32, unfused, mnn_cpu, shipped_gate = r["proof"]
+    assert shipped_gate["passed"] and "gate passed" in shipped_gate["detail"]
     assert "0 ulp" in fp32["detail"]
     assert f"produced by {op_type} before and by BinaryOp after" in unfused["detail"] and "+1 BinaryOp" in unfused["detail"]
     assert mnn_cpu["passed"] and "gate passed" in mnn_cpu["detail"]

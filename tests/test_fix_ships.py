@@ -42,3 +42,18 @@ def test_compare_advice_is_never_less_safe_than_the_fix(tmp_path: Path, variant:
     text = runner.invoke(app, ["compare", str(tmp_path / "l2" / "baseline"), str(tmp_path / "l2" / "htp-sim"),
                                "--model", str(tmp_path / "l2.onnx")]).stdout
     assert not [n for n in IMPERATIVE.findall(text) if int(n) < site["exponent"]], text
+
+
+@pytest.mark.parametrize("conv", [False, True])
+def test_a_dropped_fused_relu_is_named_and_sends_the_user_to_fix(tmp_path: Path, conv: bool) -> None:
+    """The Deconvolution (or Convolution) head whose dump lost the fused Relu: the pattern says so and `fix` is the
+    first step (before the op probe, which only says QNN accepts the op)."""
+    from test_fix import _relu_lost
+
+    c = json.loads(_relu_lost(tmp_path, conv).read_text())
+    assert c["verdict"]["kind"] == "real_bug" and c["verdict"]["pattern"] == "fused_activation_dropped"
+    tools = [s["tool"] for s in c["next_steps"]]
+    assert tools[0] == "fix_and_prove" and "lookup_op_constraints" in tools[1:], tools
+    assert "up_relu" in c["next_steps"][0]["why"] and ("Convolution" if conv else "Deconvolution") in c["next_steps"][0]["why"]
+    text = runner.invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "dump")]).stdout
+    assert "qnn-debug fix" in text and "fused_activation_dropped" in text

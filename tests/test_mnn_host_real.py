@@ -126,6 +126,10 @@ def test_the_fused_relu_fix_is_proven_on_mnns_own_qnn_backend(host: list[str], t
                      *host)
     assert code == 0, fix
     checks = {c["name"]: c for c in fix["proof"]}
-    assert checks["MNN's QNN backend (host build) runs the fix right"]["passed"], checks
+    assert checks["the fused op's jump is gone (host build)"]["passed"], checks
+    assert checks["no op jumps beyond its floor (host build)"]["passed"], checks
+    assert fix["mnn"]["path"] and Path(fix["mnn"]["path"]).name == "m.relu-unfused.mnn" and fix["mnn"]["gate_passed"]
+    md = (tmp_path / "fix" / "host" / "report" / "compare.md").read_text()
+    assert "REFERENCE NOT TRUSTED" not in md  # fix checked MNN CPU: the host proof stands on a gated reference
     assert fix["proven"] and fix["not_proven"] == [], fix["summary"]
     assert fix["case_file"] and (tmp_path / "cases.jsonl").is_file()  # fully proven: the solved case is recorded

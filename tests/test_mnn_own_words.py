@@ -97,6 +97,12 @@ def test_modulebasic_crash_after_a_refused_binary_says_so(host: dict[str, Path],
     assert "SIGSEGV" in msg or "-11" in msg
     assert "Failed to validate binary: 1000" in msg and "MNN went on" in msg, msg
     assert "Run for 0 time" in doc["details"]["log_tail"], "the lines before the crash are kept"
+    # the whole log is kept where the message says (a failed run writes no tensors, but its log stays)
+    log = tmp_path / "run" / "logs" / "modulebasic.log"
+    assert f"ModuleBasic's log: {log}" in msg and doc["details"]["log"] == str(log), msg
+    assert log.read_text() == (REAL / "modulebasic_offline_validate_binary_1000_crash.log").read_text().rstrip("\n") + "\n" \
+        or "Run for 0 time" in log.read_text()
+    assert json.loads((tmp_path / "run" / "failed.json").read_text())["log"] == "logs/modulebasic.log"
     assert json.loads(host["env"].read_text())["QNN_SDK_ROOT"] == str(host["sdk"].absolute()), \
         "--option qnn_sdk reaches ModuleBasic too"
 
@@ -112,6 +118,8 @@ def test_a_build_without_plugins_is_said_plainly(host: dict[str, Path], mnn_fixt
     assert code == 3, doc
     assert "no outputs" in doc["message"] and "MNN_WITH_PLUGIN" in doc["message"], doc["message"]
     assert "-DMNN_WITH_PLUGIN=ON" in doc["hint"]
+    kept = tmp_path / "run" / "logs" / "modulebasic.log"
+    assert str(kept) in doc["message"] and "Plugin is not supported" in kept.read_text()
 
 
 # --- llm-check: refused Slices and the empty compiled model ---------------------------------------------------

@@ -26,8 +26,10 @@ VerdictKind = Literal["ok", "precision", "quantization", "real_bug", "input_not_
 Pattern = Literal[
     "none", "zero_input", "bias_only", "permutation", "wrong_coordinates", "wrong_semantics",
     "scale_shift", "constant", "nan_inf", "encoding_range", "fp16_range",
-    "rotary_layout",
+    "rotary_layout", "fused_activation_dropped",
 ]
+# ``fused_activation_dropped``: the target's output is the pre-activation value of an activation the model has (MNN
+# fuses Conv/Deconvolution/BinaryOp + Relu into one op, and its QNN backend can lose the Relu); ``fix`` handles it.
 # ``fp16_range``: a value beyond fp16's range (HTP saturates it at ±131008, an IEEE producer makes it inf); stored
 # results from before it was named carry ``nan_inf`` for that case. ``nan_inf`` is a target holding NaN/inf
 # where its own op went wrong (a real_bug pattern).

@@ -307,6 +307,7 @@ def _pattern_words(pattern: str, best: Trial | None) -> str:
         "bias_only": f"its output is the bias alone ({best.variant})",
         "wrong_coordinates": f"the output is reproduced with {best.variant}",
         "wrong_semantics": f"the output is reproduced with {best.variant}",
+        "fused_activation_dropped": f"the output is the value before the activation: {best.variant}",
         "permutation": f"the output is reproduced with {best.variant}",
         "rotary_layout": f"the output is reproduced by a rotary embedding with {best.variant}",
         "scale_shift": f"{best.variant}",

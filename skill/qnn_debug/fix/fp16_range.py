@@ -31,9 +31,9 @@ from ..runstore import INPUTS_FILE
 from .intervals import Interval, largest, propagate
 from .models import RANGE_PATTERNS, FixResult, Numbers, ProofCheck, RescaleSite
 from .output import write_next_to
-from .ship_mnn import ship_mnn
 from .rescale import SQUARING, find_region, is_float, rewrite_reduce_sum_square
 from .rescale import apply as apply_rescale
+from .ship_mnn import ship_mnn
 from .source import Source, numbers
 
 MAX_SITES = 16
