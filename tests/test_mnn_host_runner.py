@@ -274,3 +274,34 @@ def test_fix_of_a_fused_add_relu_is_checked_on_the_host_build(replay: dict[str, 
     assert text.splitlines()[0].endswith("NOT proven: failed the fused op's jump is gone (host build); no op jumps "
                                          "beyond its floor (host build)"), text.splitlines()[0]
     assert (tmp_path / "fix" / "host" / "host" / "run.json").is_file()
+
+
+@pytest.mark.parametrize("case", [BUGGY, HEALTHY])
+def test_compare_targets_locates_where_mnns_qnn_path_leaves_the_qnn_ep(replay: dict[str, Path], tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch, case: Path) -> None:
+    """The real host dump (MNN's own QNN path) against ONNX Runtime's QNN EP on the same simulator, same inputs: on the
+    net whose BinaryOp drops its fused Relu the gap opens at that op; on the healthy net no op opens one."""
+    monkeypatch.setenv("REPLAY_MNN_LOG", str(case / "runner.log"))
+    monkeypatch.setenv("REPLAY_DUMP", str(case / "dump"))
+    code, _ = _host(replay, "diagnose", tmp_path / "d", case)
+    assert code == 0
+    model = replay["buggy" if case == BUGGY else "healthy"]
+    res = runner.invoke(app, ["dump", str(model), "--target", "htp-sim", "--inputs", str(tmp_path / "d" / "baseline" /
+                                                                                        "inputs.npz"),
+                              "--out", str(tmp_path / "sim"), "--json"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["compare-targets", str(tmp_path / "d" / "baseline"), str(tmp_path / "d" / "host"),
+                              str(tmp_path / "sim"), "--json"])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.stdout)
+    assert (r["label_a"], r["label_b"]) == ("host", "htp-sim") and len(r["rows"]) >= 8
+    if case == BUGGY:
+        first = r["first_gap"]
+        assert first is not None and first["name"] in ("b1_add", "b1_relu") and first["gap_db"] > 20, r["summary"]
+        assert first["target_a_name"].startswith("t") and "host first falls" in r["summary"]
+        assert r["next_steps"][0]["cli"].startswith("qnn-debug op ")
+    else:
+        assert r["first_gap"] is None and "first falls" not in r["summary"], r["summary"]
+    text = runner.invoke(app, ["compare-targets", str(tmp_path / "d" / "baseline"), str(tmp_path / "d" / "host"),
+                               str(tmp_path / "sim")]).stdout
+    assert text.startswith("compare-targets: host") and r["summary"][:60] in text

@@ -111,3 +111,28 @@ def print_summary(result: Any) -> None:
         typer.echo(f"  warning: {w}")
     for i, step in enumerate(result.next_steps, 1):
         typer.echo(("next steps:\n" if i == 1 else "") + f"  {i}. {step.cli}    # {step.why}")
+
+
+def _targets_human(r: Any, request: Any) -> None:
+    """The summary, then every row where the gap steps up (the places to look), and the outputs."""
+    typer.echo(f"compare-targets: {r.label_a} ({r.target_a}) against {r.label_b} ({r.target_b})")
+    typer.echo(f"  {r.summary}")
+    typer.echo(f"  each alone: {', '.join(f'{k}: {v}' for k, v in r.verdicts.items())}")
+    shown = [x for x in r.rows if (x.step_db or 0.0) >= r.step_threshold_db or x in r.outputs][:20]
+    if shown:
+        typer.echo(f"  {'tensor':<40} {'op':<16} {r.label_a:>10} {r.label_b:>10} {'gap':>8} {'step':>8}")
+    for x in shown:
+        def db(v: float | None) -> str:
+            return "n/a" if v is None else f"{v:.1f}"
+
+        typer.echo(f"  {x.name[:40]:<40} {(x.op_type or '?')[:16]:<16} {db(x.sqnr_a_db):>10} {db(x.sqnr_b_db):>10} "
+                   f"{db(x.gap_db):>8} {db(x.step_db):>8}")
+    for i, s in enumerate(r.next_steps, 1):
+        typer.echo(("next steps:\n" if i == 1 else "") + f"  {i}. {s.cli}    # {s.why}")
+
+
+op_command("compare-targets", "compare_targets", _targets_human, help_text=(
+    "Locate where one target loses against another, tensor by tensor: A and B (e.g. diagnose's host/ and htp-sim/ "
+    "run folders: MNN's own QNN path and ONNX Runtime's QNN EP on the same simulator) are each compared with "
+    "BASELINE and joined by reference tensor; the first tensor where A falls 6 dB behind B with a 3 dB step is "
+    "named, or the gap is said to build up over many ops."))
