@@ -57,3 +57,18 @@ def test_a_dropped_fused_relu_is_named_and_sends_the_user_to_fix(tmp_path: Path,
     assert "up_relu" in c["next_steps"][0]["why"] and ("Convolution" if conv else "Deconvolution") in c["next_steps"][0]["why"]
     text = runner.invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "dump")]).stdout
     assert "qnn-debug fix" in text and "fused_activation_dropped" in text
+
+
+@pytest.mark.parametrize("conv", [False, True])
+def test_unaligned_tensors_are_counted_by_reason(tmp_path: Path, conv: bool) -> None:
+    from test_fix import _relu_lost
+
+    c = json.loads(_relu_lost(tmp_path, conv).read_text())
+    reasons = c["unaligned_by_reason"]
+    assert c["counts"]["unaligned"] > 0 and sum(reasons.values()) == c["counts"]["unaligned"], reasons
+    text = runner.invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "dump"), "--report",
+                               str(tmp_path / "rep")]).stdout
+    line = next(ln for ln in text.splitlines() if "not aligned, by reason:" in ln)
+    top, n = next(iter(reasons.items()))
+    assert f"{n} {top}" in line
+    assert f"| {n} | {top} |" in (tmp_path / "rep" / "compare.md").read_text()

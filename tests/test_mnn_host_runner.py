@@ -165,6 +165,10 @@ def test_the_real_dump_of_a_fused_add_relu_names_mnns_binary_op_as_a_real_bug(
     assert v["kind"] == "real_bug" and ff["op"] == "b1_add" and ff["fused"]["op_type"] == "BinaryOp", v["summary"]
     assert "fused Relu b1_relu missing" in v["summary"]
     assert ff["local_error"]["sqnr_db"] < 20.0
+    # every tensor left unaligned is counted under a reason, and the counts add up
+    reasons = compare["unaligned_by_reason"]
+    assert sum(reasons.values()) == compare["counts"]["unaligned"] > 0, reasons
+    assert reasons["in the reference only: the target fused it into another op or did not dump it"] >= 3, reasons
     # the pattern is named for what it is, and the fix that keeps the Relu out of the fusion is offered first
     assert v["pattern"] == "fused_activation_dropped", v["pattern"]
     first = compare["next_steps"][0]

@@ -94,6 +94,10 @@ def print_summary(result: Any) -> None:
     aliases = f" ({c['aliases']} of them target stages standing for a model tensor)" if c.get("aliases") else ""
     typer.echo(f"tensors: {c.get('aligned', 0)} aligned{aliases}, {c.get('unaligned', 0)} not aligned"
                + (f"; report: {result.report_files['markdown']}" if result.report_files else ""))
+    if result.unaligned_by_reason:
+        from ..compare.unaligned import words
+
+        typer.echo(f"  not aligned, by reason: {words(result.unaligned_by_reason)}")
     th = result.thresholds
     cap = float(th.get("floor_cap_db", 60.0))
     quantized = result.precision == "quantized" or any(r.quantized for r in result.tensors)

@@ -39,6 +39,7 @@ from .rows import PREFETCH_AHEAD, measure
 from .schema import CompareResult, FirstFailing
 from .top1 import top1_agreement
 from .trust import mark_trust
+from .unaligned import by_reason
 from .verdict import Findings, mark_first_failing, name_on_target, note_unchecked
 
 __all__ = ["PREFETCH_AHEAD", "CompareOptions", "compare_paths", "compare_runs", "resolve_model"]
@@ -195,6 +196,7 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
         precision=target.record.precision, first_failing=decision.first,
         verdict=rules.verdict(decision, findings, th), tensors=sorted(measured.all_rows, key=lambda r: r.position),
         observer_effect_db=target.record.observer_effect_db, unaligned=aligned.unaligned,
+        unaligned_by_reason=by_reason(aligned.unaligned),
         counts={"reference_tensors": len(ref.tensors), "target_tensors": len(target.tensors),
                 "aligned": len(measured.all_rows), "aliases": sum(r.stands_for is not None for r in measured.all_rows),
                 "unaligned": len(aligned.unaligned), "suspects": len(located.suspects),

@@ -62,7 +62,11 @@ def markdown(r: CompareResult) -> str:
     lines += _rows_table(r)
     lines += _outputs(r)
     if r.unaligned:
-        lines += [f"## Not aligned ({len(r.unaligned)})", "", "| tensor | in | reason |", "|---|---|---|"]
+        lines += [f"## Not aligned ({len(r.unaligned)})", ""]
+        if r.unaligned_by_reason:
+            lines += ["| how many | why |", "|---|---|", *(f"| {n} | {why} |" for why, n in r.unaligned_by_reason.items()),
+                      ""]
+        lines += ["| tensor | in | reason |", "|---|---|---|"]
         lines += [f"| `{u.name}` | {u.side} | {u.reason} |" for u in r.unaligned[:MAX_UNALIGNED]]
         if len(r.unaligned) > MAX_UNALIGNED:
             lines.append(f"| … | | {len(r.unaligned) - MAX_UNALIGNED} more in {JSON_FILE} |")

@@ -152,6 +152,8 @@ class CompareResult(BaseModel):
     observer_effect_db: dict[str, float] | None = None
     unaligned: list[UnalignedRow] = Field(default_factory=list)
     counts: dict[str, int] = Field(default_factory=dict)
+    # why the unaligned tensors were left out, counted by reason class (compare.unaligned.reason_class)
+    unaligned_by_reason: dict[str, int] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
     thresholds: dict[str, Any] = Field(default_factory=dict)
     report_files: dict[str, str] = Field(default_factory=dict)
