@@ -72,3 +72,30 @@ def test_unaligned_tensors_are_counted_by_reason(tmp_path: Path, conv: bool) -> 
     top, n = next(iter(reasons.items()))
     assert f"{n} {top}" in line
     assert f"| {n} | {top} |" in (tmp_path / "rep" / "compare.md").read_text()
+
+
+@pytest.mark.parametrize(("variant", "conv"), [("global", True), ("pow", False)])
+def test_a_gate_on_the_fixed_mnn_reports_that_file(tmp_path: Path, variant: str, conv: bool) -> None:
+    """`baseline MODEL.onnx --mnn-model MODEL.fp16-rescaled.mnn`: the file given is what the gate is about — its own
+    fp16 range (safe), not the original ONNX's (sumsq beyond 65504); the gate passes, so it names no divergent
+    tensor, and the rescaled sumsq (another value under the same ONNX name) is said not to count, and why."""
+    sample = np.round(pixels(3, 24)).astype(np.float32)
+    diagnose_cli(tmp_path, "l2", l2norm_net(variant=variant, conv=conv, channels=3, size=24), {"x": sample})
+    res = runner.invoke(app, ["fix", str(tmp_path / "l2"), "--input-range", "x=0:255", "--out", str(tmp_path / "fix"),
+                              "--cases", str(tmp_path / "cases.jsonl"), "--json"])
+    shipped = json.loads(res.stdout)["mnn"]["path"]
+    res = runner.invoke(app, ["baseline", str(tmp_path / "l2.onnx"), "--mnn-model", shipped, "--inputs",
+                              str(tmp_path / "l2" / "baseline" / "inputs.npz"), "--out", str(tmp_path / "gate"),
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)["report"]
+    gate = report["mnn_model"]["gate"]
+    assert gate["status"] == "passed" and gate["first_divergent"] is None, gate
+    assert gate["divergent_not_counted"] is not None and "does not count" in gate["not_counted_why"], gate
+    assert report["mnn_model"]["ranges"]["unsafe_count"] == 0 and report["ranges"]["unsafe_count"] > 0
+    sentence = report["sentence"]
+    assert "Your l2.fp16-rescaled.mnn is fp16-safe on these inputs" in sentence, sentence
+    assert not re.search(r"(?<!\()Not fp16-safe", sentence) and "not your file's" in sentence, sentence
+    text = runner.invoke(app, ["baseline", str(tmp_path / "l2.onnx"), "--mnn-model", shipped, "--inputs",
+                               str(tmp_path / "l2" / "baseline" / "inputs.npz"), "--out", str(tmp_path / "gate2")]).stdout
+    assert "first divergent" not in text and "not counted:" in text, text
