@@ -168,3 +168,24 @@ def test_llm_check_says_the_compiled_model_is_empty(tmp_path: Path) -> None:
         assert code == 0, doc
         empty = [f for f in doc["findings"] if f["id"] == "compiled_model_empty"]
         assert empty and empty[0]["severity"] == "error" and "exits 0" in empty[0]["consequence"]
+
+
+def test_modulebasic_testerror_read_with_a_floor_that_misses_its_rule_says_so(host: dict[str, Path], tmp_path: Path,
+                                                                             ppocr_det: Path) -> None:
+    """PP-OCRv4 det's real host TESTERROR (diff rate 1.0), read by `run --baseline`: the baseline's fp16 floor itself
+    misses ModuleBasic's 1 % rule on the mask (~0.03 at 64x64), so the run says a TESTERROR there is expected at
+    fp16 even once the Deconvolution is fixed — beside the failure it reports."""
+    import numpy as np
+
+    np.savez(tmp_path / "in.npz", x=np.random.default_rng(0).standard_normal((1, 3, 64, 64)).astype(np.float32))
+    code, base = _cli("baseline", str(ppocr_det), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "base"))
+    assert code == 0, base
+    model = next((tmp_path / "base" / "mnn_cpu").glob("*.mnn"))
+    code, doc = _cli("run", str(model), "--target", "host", "--baseline", str(tmp_path / "base"),
+                     "--option", f"mnn_build_dir={host['build']}", "--out", str(tmp_path / "run"), cwd=tmp_path,
+                     env={"REPLAY_MNN_LOG": str(REAL / "modulebasic_host_fwd5_deconv_relu_bug.log"),
+                          "REPLAY_ENV_LOG": str(host["env"])})
+    assert code in (0, 1) and doc["status"] == "failed", doc
+    said = [w for w in doc["warnings"] if "ModuleBasic's pass rule" in w]
+    assert len(said) == 1 and "'sigmoid_0.tmp_0'" in said[0] and "expected even from a correct fp16 run" in said[0]
+    assert "the fp16 floor misses ModuleBasic's 1% rule too" in doc["reason"], doc["reason"]

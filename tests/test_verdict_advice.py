@@ -233,6 +233,15 @@ def test_mnn_dump_locates_the_overflow_at_the_square_mnn_lowered_reduce_sum_squa
     assert v["summary"].index(f"`{square}`") < v["summary"].index("`ss`"), v["summary"]
     assert "the target's own stage of sumsq (ReduceSumSquare" in v["summary"]
     check_steps(out["next_steps"])
+    # the row in words a reader can follow to the file: the MNN op, its t<N> and the dump file holding it
+    n = mnn.tensor_index(square)
+    assert ff["dump_tensor"] == f"t{n}" and Path(ff["dump_file"]).name.endswith(f"_t{n}.raw"), ff
+    assert Path(ff["dump_file"]).is_file()
+    line = next(ln for ln in runner.invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "dump")]).stdout
+                .splitlines() if ln.startswith("first failing:"))
+    assert "the model's tensor 'ss' (made by ONNX ReduceSumSquare sumsq)" in line, line
+    assert f"at MNN op {by_output[square].name!r} ({by_output[square].type_name})" in line, line
+    assert f"in the dump it is t{n}: file {ff['dump_file']}" in line, line
 
 
 def _rope_fault(model: onnx.ModelProto, layer: int, fault: str) -> onnx.ModelProto:

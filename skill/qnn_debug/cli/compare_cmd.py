@@ -75,6 +75,27 @@ op_command("compare", "compare", _human, json=COMPARE_JSON, cls=OptionalJsonComm
     "TARGET is one run; a baseline directory is refused with a pointer to its reference/ run."))
 
 
+def first_failing_words(result: Any) -> str:
+    """The first failing row in words a reader can follow to the file: the model's tensor and node, the target's op
+    (MNN's, when it ran the model), and for an MNN dump the t<N> tensor and the file holding it."""
+    ff = result.first_failing
+    model_node = (f"ONNX {ff.model_op_type} {ff.model_op}" if ff.model_op else
+                  f"ONNX {ff.op_type} {ff.op}" if ff.op and not ff.fused and not ff.target_tensor else None)
+    words = f"the model's tensor {ff.tensor!r}" + (f" (made by {model_node})" if model_node else "")
+    mnn = result.mnn_model is not None or result.target_kind == "mnn-dump" or ff.dump_tensor is not None
+    engine = "MNN" if mnn else "the target"
+    if ff.target_tensor:
+        words += (f"; it first fails inside it, at {engine} op {ff.op!r} ({ff.op_type}), a stage of the target's "
+                  f"own whose output {ff.target_tensor!r} the reference does not have")
+    elif ff.fused is not None:
+        words += f"; {engine} ran it as op {ff.fused.op!r} ({ff.fused.op_type}), fusing {', '.join(ff.fused.model_nodes)}"
+    elif mnn and ff.op:
+        words += f"; {engine} op {ff.op!r} ({ff.op_type}) made it"
+    if ff.dump_tensor:
+        words += f"; in the dump it is {ff.dump_tensor}" + (f": file {ff.dump_file}" if ff.dump_file else "")
+    return words + f" (position {ff.position} in execution order)"
+
+
 def print_summary(result: Any) -> None:
     """The verdict, its next steps, the first failing op and the worst tensors, in a few lines.
 
@@ -89,7 +110,7 @@ def print_summary(result: Any) -> None:
         le = ff.local_error
         local = (f"; local SQNR {fmt.db_unit(le.sqnr_db)} {fmt.local_inputs(le.inputs).rstrip(',')}"
                  if le is not None and le.sqnr_db is not None else "")
-        typer.echo(f"first failing: tensor {ff.tensor!r} from {ff.op} ({ff.op_type}) at position {ff.position}{local}")
+        typer.echo(f"first failing: {first_failing_words(result)}{local}")
     c = result.counts
     aliases = f" ({c['aliases']} of them target stages standing for a model tensor)" if c.get("aliases") else ""
     typer.echo(f"tensors: {c.get('aligned', 0)} aligned{aliases}, {c.get('unaligned', 0)} not aligned"

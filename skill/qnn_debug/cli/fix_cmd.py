@@ -44,6 +44,8 @@ def human(r: Any, request: Any) -> None:
     failed = [c.name for c in r.proof if not c.passed]
     state = (f"NOT proven: failed {'; '.join(failed)}" if failed else "not proven" if not r.proven
              else "PROVEN here, the rest needs the phone" if r.not_proven else "PROVEN")
+    if r.proven and r.left:
+        state += " for what it was for; not everything is at the floor yet (see left: below)"
     typer.echo(f"fix {r.kind} for {r.verdict}: {state}")
     typer.echo(f"  {r.summary}")
     if r.artefact:

@@ -85,6 +85,8 @@ class FirstFailing(BaseModel):
     # the target's op and ``model_op`` the model node it came from.
     target_tensor: str | None = None
     probe: list[str] = Field(default_factory=list)  # `op OP_TYPE --probe` arguments: its real shapes and attributes
+    dump_tensor: str | None = None  # an MNN dump's own name of the failing tensor (t<N>: the .mnn's tensor index)
+    dump_file: str | None = None  # the dump file holding it (execution_…_tensor_…_t<N>.raw)
 
 
 class Verdict(BaseModel):
