@@ -242,6 +242,8 @@ def test_mnn_dump_locates_the_overflow_at_the_square_mnn_lowered_reduce_sum_squa
     assert "the model's tensor 'ss' (made by ONNX ReduceSumSquare sumsq)" in line, line
     assert f"at MNN op {by_output[square].name!r} ({by_output[square].type_name})" in line, line
     assert f"in the dump it is t{n}: file {ff['dump_file']}" in line, line
+    runner.invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "dump"), "--report", str(tmp_path / "rep")])
+    assert f"In the target's dump it is `t{n}`: `{ff['dump_file']}`" in (tmp_path / "rep" / "compare.md").read_text()
 
 
 def _rope_fault(model: onnx.ModelProto, layer: int, fault: str) -> onnx.ModelProto:
