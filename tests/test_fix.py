@@ -57,7 +57,7 @@ def test_l2norm_on_pixels_is_rescaled_exactly_and_proven_over_the_declared_range
     shipped = r["mnn"]
     assert shipped["path"] == str(tmp_path / "l2.fp16-rescaled.mnn") and shipped["gate_passed"], shipped
     assert r["proof"][-1]["name"].startswith("the shipped .mnn") and "gate passed" in r["proof"][-1]["detail"]
-    assert shipped["converter_flags"] == ["-f", "ONNX", "--bizCode", "MNN"] and "--fp16" in shipped["not_from_file"]
+    assert shipped["converter_flags"] == ["-f", "ONNX", "--bizCode", "MNN"] and "--optimizeLevel" in shipped["not_from_file"]
     assert "0 ulp" in r["proof"][0]["detail"]  # powers of two: bit-identical fp32 outputs
     # The proof's own simulator run skips the MNN gate (fp32 equivalence is proven above): no advice to the user
     # about a flag they never passed.
@@ -188,7 +188,7 @@ async def test_fix_and_prove_through_the_mcp_tool(tmp_path: Path) -> None:
 def _relu_lost(folder: Path, conv: bool, user_mnn: Path | None = None) -> Path:
     """A fused Deconvolution/Convolution head whose MNN QNN dump lost the ReLU (test double of MNN's dumper from
     ONNX Runtime values of the model without that Relu), compared: real_bug at the fused MNN op. ``user_mnn``: the
-    user's own conversion (bizCode AcmeCam) is what ran and what the comparison names."""
+    user's own conversion (bizCode AcmeCam, --fp16 weights) is what ran and what the comparison names."""
     import onnxruntime as ort
 
     from qnn_debug.baseline import run_baseline
@@ -210,7 +210,7 @@ def _relu_lost(folder: Path, conv: bool, user_mnn: Path | None = None) -> Path:
         from qnn_debug.workers import run_worker
 
         run_worker("qnn_debug.workers.mnn_convert_worker", {"src": str(folder / "head.onnx"), "dst": str(user_mnn),
-                                                             "biz_code": "AcmeCam"})
+                                                             "biz_code": "AcmeCam", "flags": ["--fp16"]})
         mnn = user_mnn
     write_htp_dump(folder / "dump", mnn, values)
     res = runner.invoke(app, ["compare", str(folder / "base"), str(folder / "dump"), "--json",
@@ -232,6 +232,10 @@ def test_relu_lost_by_a_fused_mnn_op_is_kept_out_of_the_fusion_and_proven_on_mnn
     shipped = Path(r["mnn"]["path"])
     assert shipped == (ship / "head.relu-unfused.mnn" if conv else tmp_path / "head.relu-unfused.mnn")
     assert read_mnn_model(shipped).biz_code == ("AcmeCam" if conv else "MNN") and r["mnn"]["gate_passed"]
+    from qnn_debug.mnn.weight_storage import weight_flags
+
+    assert weight_flags(shipped) == (["--fp16"] if conv else [])  # their weights were stored in fp16: so are these
+    assert ("--fp16" in r["mnn"]["converter_flags"]) == conv
     relu_out = read_mnn_model(shipped)
     assert relu_out.producer(relu_out.tensor_index("up_relu")).type_name == "BinaryOp"  # the fix is in the file shipped
     text = runner.invoke(app, ["fix", str(result), "--out", str(tmp_path / "fix2"), "--cases",
@@ -244,7 +248,7 @@ def test_relu_lost_by_a_fused_mnn_op_is_kept_out_of_the_fusion_and_proven_on_mnn
     op_type = "Convolution" if conv else "Deconvolution"
     assert r["before"]["verdict"] == "real_bug" and r["before"]["tensor"] == "up_relu"
     fp32, unfused, mnn_cpu, shipped_gate = r["proof"]
-    assert shipped_gate["passed"] and "gate passed" in shipped_gate["detail"]
+    assert shipped_gate["passed"] and ("weights stored --fp16 as yours" if conv else "gate passed") in shipped_gate["detail"]
     assert "0 ulp" in fp32["detail"]
     assert f"produced by {op_type} before and by BinaryOp after" in unfused["detail"] and "+1 BinaryOp" in unfused["detail"]
     assert mnn_cpu["passed"] and "gate passed" in mnn_cpu["detail"]
@@ -261,10 +265,13 @@ def test_relu_lost_by_a_fused_mnn_op_is_kept_out_of_the_fusion_and_proven_on_mnn
 async def test_fused_activation_fix_through_the_mcp_tool(tmp_path: Path) -> None:
     _relu_lost(tmp_path, conv=False)
     async with connect(tmp_path, "auto") as client:
-        answer = ok(await client.call_tool("fix_and_prove", {"result": "compare.json", "background": False}))
+        res = await client.call_tool("fix_and_prove", {"result": "compare.json", "background": False})
+        answer = ok(res)
     r = answer["result"]
     assert r["kind"] == "fused_activation" and r["proven"] and r["not_proven"]
     assert Path(r["artefact"]).name == "head.relu-unfused.onnx" and Path(r["artefact"]).is_file()
+    text = " ".join(getattr(c, "text", "") for c in res.content)  # the MCP answer names the .mnn to ship too
+    assert f"Fixed .mnn: {tmp_path / 'head.relu-unfused.mnn'}" in text and Path(r["mnn"]["path"]).is_file(), text
     assert not (tmp_path / "qnn-debug-cases.jsonl").exists()
 
 

@@ -43,9 +43,13 @@ a solved case goes to the workspace's cases file only once every check passed.""
 
 
 def summarize_fix(r: dict[str, Any]) -> str:
-    state = "not proven" if not r.get("proven") else "PROVEN here (the rest needs the phone)" if r.get("not_proven") \
-        else "PROVEN"
-    return f"{state} {r.get('kind')} fix: {r.get('summary', '')}"
+    failed = [c.get("name") for c in r.get("proof") or [] if not c.get("passed")]
+    state = (f"NOT proven (failed: {'; '.join(map(str, failed))})" if failed else "not proven" if not r.get("proven")
+             else "PROVEN here (the rest needs the phone)" if r.get("not_proven") else "PROVEN")
+    mnn = r.get("mnn") or {}
+    shipped = f" Fixed .mnn: {mnn['path']}." if mnn.get("path") else ""
+    left = f" Left: {' '.join(r['left'])}" if r.get("left") else ""
+    return f"{state} {r.get('kind')} fix: {r.get('summary', '')}{shipped}{left}"
 
 
 def workspace_cases(request: BaseModel, ws: Workspace) -> BaseModel:

@@ -1,5 +1,5 @@
 """The fixed ``.mnn`` the user ships, beside their own ``.mnn``: converted from the fixed ONNX the way theirs was
-(the converter flags the file keeps: ``bizCode``), gated on MNN CPU against the fp32 reference, then written next to
+(the converter flags the file keeps: ``bizCode``, ``--fp16`` / ``--weightQuantBits N`` from its weights), gated on MNN CPU against the fp32 reference, then written next to
 theirs atomically (a previous file is never replaced; see :func:`.output.write_next_to`).
 
 Which ``.mnn`` is the user's: the one the comparison read, unless qnn-debug converted it itself (it sits in a run
@@ -17,8 +17,8 @@ from .output import write_next_to
 from .source import Source
 
 GATE_LIMIT = 0.01  # the baseline gate's relative threshold (what MNN's own ModuleBasic accepts)
-NOT_READABLE = ("--fp16, --weightQuantBits and other weight-storage flags are not recorded in a .mnn file: the "
-                "converter's defaults were used (re-convert by hand if you used them)")
+NOT_READABLE = ("flags a .mnn does not record (--optimizeLevel, --keepInputFormat, --transformerFuse, ...) are the "
+                "converter's defaults: re-convert by hand if you used others")
 
 
 def user_mnn(source: Source) -> Path | None:
@@ -43,30 +43,36 @@ def ship_mnn(fixed_onnx: Path, *, source: Source, onnx_model: Path, suffix: str,
     from .. import fs
     from ..baseline import run_baseline
     from ..mnn.model_reader import read_mnn_model
+    from ..mnn.weight_storage import weight_flags
     from ..workers import run_worker
 
     theirs = user_mnn(source)
     biz = (read_mnn_model(theirs).biz_code if theirs is not None else None) or "MNN"
-    flags = ["-f", "ONNX", "--bizCode", biz]
+    storage = weight_flags(theirs) if theirs is not None else []
+    flags = ["-f", "ONNX", "--bizCode", biz, *storage]
     work = fs.make_dirs(out / "ship", what="fix output directory")
     converted = work / f"{onnx_model.stem}.{suffix}.mnn"
     with progress.stage("fix: ship .mnn", total=None, message="fix: converting the fixed model to .mnn"):
         run_worker("qnn_debug.workers.mnn_convert_worker", {"src": str(fixed_onnx), "dst": str(converted),
-                                                             "biz_code": biz},
+                                                             "biz_code": biz, "flags": storage},
                    log_path=work / "convert.log", timeout=timeout, what="MNN converter")
     base = run_baseline(fixed_onnx, work / "gate", inputs=inputs, force=force, mnn_gate=False, mnn_model=converted,
                         progress=progress)
     check = base.report.mnn_model
     gate = check.gate if check is not None else None
     err = gate.max_rel_error if gate is not None else None
-    passed = gate is not None and gate.status == "passed" and err is not None and err <= GATE_LIMIT
+    # fp32 weights: the baseline's own gate (a tenth of the fp16 floor); weights stored in fp16 or quantized as the
+    # user's were differ from the fp32 reference by their storage, so there only ModuleBasic's 1 % applies
+    passed = gate is not None and err is not None and err <= GATE_LIMIT and (gate.status == "passed" or bool(storage))
     beside = theirs if theirs is not None else onnx_model.with_suffix(".mnn")
-    origin = (f"converted as {theirs.name} was (bizCode {biz!r} read from it)" if theirs is not None else
+    storage_words = f", weights {' '.join(storage)}" if storage else ", fp32 weights"
+    origin = (f"converted as {theirs.name} was (bizCode {biz!r}{storage_words}, read from it)" if theirs is not None else
               f"no .mnn of yours is known (pass the comparison of your .mnn, or baseline --mnn-model), so it goes "
               f"beside {onnx_model.name}, converted with bizCode {biz!r}")
+    limit = (f"limit {GATE_LIMIT:g}, weights stored {' '.join(storage)} as yours" if storage else
+             f"limit {GATE_LIMIT:g}; gate {gate.status if gate else 'not run'}")
     detail = (f"the .mnn converted from the fixed model on MNN CPU fp32 against the ONNX Runtime reference: max "
-              f"relative error {'n/a' if err is None else f'{err:.2g}'} (limit {GATE_LIMIT:g}; gate "
-              f"{gate.status if gate else 'not run'})")
+              f"relative error {'n/a' if err is None else f'{err:.2g}'} ({limit})")
     path = None
     if passed:
         path = write_next_to(beside, suffix, converted.read_bytes())
