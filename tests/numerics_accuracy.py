@@ -137,8 +137,8 @@ CASES: list[tuple[str, Callable[[Path], tuple], tuple]] = [
     ("A16W8 4 blocks 16ch healthy", quant_case(16, 4, 16, 16, "healthy"), ("quantization", "none", None)),
     ("A16W8 4 blocks shrink x4", quant_case(16, 4, 16, 16, "shrink5"), ("quantization", "encoding_range", "=shrunk")),
     ("A8W8 scale bug at b3_conv", quant_case(8, 6, 8, 24, "scale_output:b3_conv"), ("real_bug", "*", "b3_conv")),
-    ("fused Deconvolution 8->4 k2 10px", fused_case(8, 4, 10, 2, False), ("real_bug", "wrong_semantics", "Deconvolution")),
-    ("fused Convolution 4->8 12px", fused_case(4, 8, 12, 1, True), ("real_bug", "wrong_semantics", "Convolution")),
+    ("fused Deconvolution 8->4 k2 10px", fused_case(8, 4, 10, 2, False), ("real_bug", "fused_activation_dropped", "Deconvolution")),
+    ("fused Convolution 4->8 12px", fused_case(4, 8, 12, 1, True), ("real_bug", "fused_activation_dropped", "Convolution")),
 ]
 
 

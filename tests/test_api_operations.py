@@ -26,6 +26,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "baseline": {"model": "m.onnx", "shapes": {"x": [1, 3, 32, 32]}, "mnn_gate": False},
     "dump": {"model": "m.mnn", "target": "device", "serial": "R58M123", "options": {"mode": "offline", "loops": 2}},
     "compare": {"reference": "base", "target": "run", "local_checks": False, "fp16_codes": "ieee"},
+    "compare_targets": {"baseline": "base", "target_a": "d/host", "target_b": "d/htp-sim", "label_a": "MNN"},
     "diagnose": {"model": "m.onnx", "precision": "quantized", "soc": 57, "arch": 75},
     "bisect": {"model": "m.onnx", "baseline": "base", "opencl": True},
     "localise_blocks": {"model": "llm.onnx", "layers_per_block": 2, "inner": "bisect"},

@@ -52,7 +52,12 @@ def test_l2norm_on_pixels_is_rescaled_exactly_and_proven_over_the_declared_range
     code, r = _fix(str(diag), "--input-range", "x=0:255", "--out", str(tmp_path / "fix"),
                    "--cases", str(tmp_path / "cases.jsonl"))
     assert code == 0 and r["kind"] == "fp16_rescale" and r["proven"], r["summary"]
-    assert all(c["passed"] for c in r["proof"]) and len(r["proof"]) == 5
+    assert all(c["passed"] for c in r["proof"]) and len(r["proof"]) == 6
+    # what the user ships: the fixed .mnn, gated on MNN CPU, beside the model (no .mnn of theirs is known here)
+    shipped = r["mnn"]
+    assert shipped["path"] == str(tmp_path / "l2.fp16-rescaled.mnn") and shipped["gate_passed"], shipped
+    assert r["proof"][-1]["name"].startswith("the shipped .mnn") and "gate passed" in r["proof"][-1]["detail"]
+    assert shipped["converter_flags"] == ["-f", "ONNX", "--bizCode", "MNN"] and "--optimizeLevel" in shipped["not_from_file"]
     assert "0 ulp" in r["proof"][0]["detail"]  # powers of two: bit-identical fp32 outputs
     # The proof's own simulator run skips the MNN gate (fp32 equivalence is proven above): no advice to the user
     # about a flag they never passed.
@@ -64,6 +69,10 @@ def test_l2norm_on_pixels_is_rescaled_exactly_and_proven_over_the_declared_range
     assert site["source"] == ("feat" if conv else "x") and site["bound_source"] == "interval"
     assert ("folded into Conv mix" in site["place"]) == conv and ("new Mul" in site["place"]) != conv
     assert site["worst_case_max"] > site["sample_max"] and site["after_max"] * 4 <= 65504
+    # the all-255 image is a corner of the range, named so; the bound that sized the rescale is the interval bound
+    assert site["corner"] == "x = 255 everywhere" and site["interval_bound"] == site["worst_case_max"]
+    assert site["sample_max"] <= site["corner_max"] <= site["interval_bound"]
+    assert not any("worst case" in c["name"] for c in r["proof"]) and any("corner input" in c["name"] for c in r["proof"])
     # sized over 0..255, not from the sample: the dark sample's own advice is smaller and would overflow there
     assert site["exponent"] >= advice["rescale_exponent"] + (1 if light < 1 else 0)
     fixed = Path(r["artefact"])
@@ -74,10 +83,11 @@ def test_l2norm_on_pixels_is_rescaled_exactly_and_proven_over_the_declared_range
     case = json.loads((tmp_path / "cases.jsonl").read_text().splitlines()[-1])
     assert case["category"] == "wrong_results_accuracy" and "'sumsq'" in case["match"]
     # a second fix never overwrites the first file
-    first = _sha(fixed)
+    first, first_mnn = _sha(fixed), _sha(Path(shipped["path"]))
     code, again = _fix(str(diag), "--input-range", "x=0:255", "--out", str(tmp_path / "fix2"),
                        "--cases", str(tmp_path / "cases.jsonl"))
     assert again["artefact"].endswith("l2.fp16-rescaled-2.onnx") and _sha(fixed) == first
+    assert again["mnn"]["path"].endswith("l2.fp16-rescaled-2.mnn") and _sha(Path(shipped["path"])) == first_mnn
     assert again["case_file"] is None and len((tmp_path / "cases.jsonl").read_text().splitlines()) == 1  # once
 
 
@@ -175,9 +185,10 @@ async def test_fix_and_prove_through_the_mcp_tool(tmp_path: Path) -> None:
     assert "'energy'" not in (tmp_path / "qnn-debug-cases.jsonl").read_text()
 
 
-def _relu_lost(folder: Path, conv: bool) -> Path:
+def _relu_lost(folder: Path, conv: bool, user_mnn: Path | None = None) -> Path:
     """A fused Deconvolution/Convolution head whose MNN QNN dump lost the ReLU (test double of MNN's dumper from
-    ONNX Runtime values of the model without that Relu), compared: real_bug at the fused MNN op."""
+    ONNX Runtime values of the model without that Relu), compared: real_bug at the fused MNN op. ``user_mnn``: the
+    user's own conversion (bizCode AcmeCam, --fp16 weights) is what ran and what the comparison names."""
     import onnxruntime as ort
 
     from qnn_debug.baseline import run_baseline
@@ -194,21 +205,50 @@ def _relu_lost(folder: Path, conv: bool) -> Path:
     sess = ort.InferenceSession(mark_all(buggy).SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     values = {"x": x, **dict(zip(names, sess.run(names, {"x": x}), strict=True))}
-    write_htp_dump(folder / "dump", sorted((folder / "base" / "mnn_cpu").glob("*.mnn"))[0], values)
+    mnn = sorted((folder / "base" / "mnn_cpu").glob("*.mnn"))[0]
+    if user_mnn is not None:
+        from qnn_debug.workers import run_worker
+
+        run_worker("qnn_debug.workers.mnn_convert_worker", {"src": str(folder / "head.onnx"), "dst": str(user_mnn),
+                                                             "biz_code": "AcmeCam", "flags": ["--fp16"]})
+        mnn = user_mnn
+    write_htp_dump(folder / "dump", mnn, values)
     res = runner.invoke(app, ["compare", str(folder / "base"), str(folder / "dump"), "--json",
-                              str(folder / "compare.json")])
+                              str(folder / "compare.json"), *(["--mnn-model", str(mnn)] if user_mnn else [])])
     assert res.exit_code == 0, res.output
     return folder / "compare.json"
 
 
 @pytest.mark.parametrize("conv", [False, True])
 def test_relu_lost_by_a_fused_mnn_op_is_kept_out_of_the_fusion_and_proven_on_mnn_cpu(tmp_path: Path, conv: bool):
-    result = _relu_lost(tmp_path, conv)
+    ship = tmp_path / "app" / "assets"
+    ship.mkdir(parents=True)
+    result = _relu_lost(tmp_path, conv, user_mnn=ship / "head.mnn" if conv else None)
     code, r = _fix(str(result), "--out", str(tmp_path / "fix"), "--cases", str(tmp_path / "cases.jsonl"))
     assert code == 0 and r["kind"] == "fused_activation" and r["proven"], r["summary"]
+    # the .mnn the user ships, beside theirs (converted with their bizCode) or, with none of theirs, beside the ONNX
+    from qnn_debug.mnn.model_reader import read_mnn_model
+
+    shipped = Path(r["mnn"]["path"])
+    assert shipped == (ship / "head.relu-unfused.mnn" if conv else tmp_path / "head.relu-unfused.mnn")
+    assert read_mnn_model(shipped).biz_code == ("AcmeCam" if conv else "MNN") and r["mnn"]["gate_passed"]
+    from qnn_debug.mnn.weight_storage import weight_flags
+
+    assert weight_flags(shipped) == (["--fp16"] if conv else [])  # their weights were stored in fp16: so are these
+    assert ("--fp16" in r["mnn"]["converter_flags"]) == conv
+    relu_out = read_mnn_model(shipped)
+    assert relu_out.producer(relu_out.tensor_index("up_relu")).type_name == "BinaryOp"  # the fix is in the file shipped
+    text = runner.invoke(app, ["fix", str(result), "--out", str(tmp_path / "fix2"), "--cases",
+                               str(tmp_path / "cases.jsonl")]).stdout
+    assert f"fixed file: {tmp_path / 'head.relu-unfused-2.onnx'}" in text and "fixed .mnn: " in text
+    assert "head.relu-unfused-2.mnn" in text and (ship / "head.mnn").is_file() == conv  # theirs untouched
+    # the proof's own simulator report stands on a gated reference: it does not open as untrusted
+    md = (tmp_path / "fix" / "htp-sim" / "report" / "compare.md").read_text()
+    assert "REFERENCE NOT TRUSTED" not in md
     op_type = "Convolution" if conv else "Deconvolution"
     assert r["before"]["verdict"] == "real_bug" and r["before"]["tensor"] == "up_relu"
-    fp32, unfused, mnn_cpu = r["proof"]
+    fp32, unfused, mnn_cpu, shipped_gate = r["proof"]
+    assert shipped_gate["passed"] and ("weights stored --fp16 as yours" if conv else "gate passed") in shipped_gate["detail"]
     assert "0 ulp" in fp32["detail"]
     assert f"produced by {op_type} before and by BinaryOp after" in unfused["detail"] and "+1 BinaryOp" in unfused["detail"]
     assert mnn_cpu["passed"] and "gate passed" in mnn_cpu["detail"]
@@ -225,10 +265,13 @@ def test_relu_lost_by_a_fused_mnn_op_is_kept_out_of_the_fusion_and_proven_on_mnn
 async def test_fused_activation_fix_through_the_mcp_tool(tmp_path: Path) -> None:
     _relu_lost(tmp_path, conv=False)
     async with connect(tmp_path, "auto") as client:
-        answer = ok(await client.call_tool("fix_and_prove", {"result": "compare.json", "background": False}))
+        res = await client.call_tool("fix_and_prove", {"result": "compare.json", "background": False})
+        answer = ok(res)
     r = answer["result"]
     assert r["kind"] == "fused_activation" and r["proven"] and r["not_proven"]
     assert Path(r["artefact"]).name == "head.relu-unfused.onnx" and Path(r["artefact"]).is_file()
+    text = " ".join(getattr(c, "text", "") for c in res.content)  # the MCP answer names the .mnn to ship too
+    assert f"Fixed .mnn: {tmp_path / 'head.relu-unfused.mnn'}" in text and Path(r["mnn"]["path"]).is_file(), text
     assert not (tmp_path / "qnn-debug-cases.jsonl").exists()
 
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.anyio
 TOOLS = {
     "baseline", "dump_qnn", "compare", "diagnose", "run_on_device", "toggle_shapeMutable", "lookup_op_constraints",
     "triage_log", "list_devices", "probe_device", "job_status", "job_result", "job_cancel",
-    "bisect", "check_llm_export", "compare_llm_text", "localise_blocks", "fix_and_prove",
+    "bisect", "check_llm_export", "compare_llm_text", "localise_blocks", "fix_and_prove", "compare_targets",
 }
 
 

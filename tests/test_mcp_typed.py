@@ -38,6 +38,7 @@ TOOL_OPERATIONS: dict[str, tuple[str, set[str]]] = {
     "check_llm_export": ("llm_check", set()),
     "compare_llm_text": ("llm_text", LONG),
     "fix_and_prove": ("fix", LONG),
+    "compare_targets": ("compare_targets", LONG),
 }
 JOB_TOOLS = {"job_status", "job_result", "job_cancel"}
 LONG_RESULT_FIELDS = {"compare": {"first_failing", "verdict", "tensors"}, "diagnose": {"compare", "baseline_trusted"},

@@ -165,6 +165,15 @@ def test_the_real_dump_of_a_fused_add_relu_names_mnns_binary_op_as_a_real_bug(
     assert v["kind"] == "real_bug" and ff["op"] == "b1_add" and ff["fused"]["op_type"] == "BinaryOp", v["summary"]
     assert "fused Relu b1_relu missing" in v["summary"]
     assert ff["local_error"]["sqnr_db"] < 20.0
+    # every tensor left unaligned is counted under a reason, and the counts add up
+    reasons = compare["unaligned_by_reason"]
+    assert sum(reasons.values()) == compare["counts"]["unaligned"] > 0, reasons
+    assert reasons["in the reference only: the target fused it into another op or did not dump it"] >= 3, reasons
+    # the pattern is named for what it is, and the fix that keeps the Relu out of the fusion is offered first
+    assert v["pattern"] == "fused_activation_dropped", v["pattern"]
+    first = compare["next_steps"][0]
+    assert first["tool"] == "fix_and_prove" and first["cli"].startswith("qnn-debug fix ") and "b1_relu" in first["why"]
+    assert "--option mnn_build_dir" in first["why"]  # a host run: the fix can be proven on the same build
 
 
 def test_a_refused_op_in_the_runner_is_named(replay: dict[str, Path], tmp_path: Path,
@@ -176,7 +185,14 @@ def test_a_refused_op_in_the_runner_is_named(replay: dict[str, Path], tmp_path: 
     assert "StridedSlice (MNN OpType 91) at '/layers.0/self_attn/rotary_q/Slice_1_output_0'" in doc["message"]
     assert "5 inputs" in doc["message"] and "steps" in doc["hint"]
     assert "StaticModule resize failed" in doc["details"]["log_tail"]
-    assert not (tmp_path / "run").exists()
+    # no tensors, but the runner's whole log stays where the message says; a new run there replaces that attempt
+    log = tmp_path / "run" / "logs" / "mnn_runner.log"
+    assert f"(MNN's log: {log})" in doc["message"] and "Don't support type 91" in log.read_text()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["failed.json", "logs"]
+    monkeypatch.setenv("REPLAY_MNN_LOG", str(HEALTHY / "runner.log"))
+    monkeypatch.setenv("REPLAY_DUMP", str(HEALTHY / "dump"))
+    code, doc = _host(replay, "dump", tmp_path / "run")
+    assert code == 0 and not (tmp_path / "run" / "failed.json").exists(), doc
 
 
 def test_a_failed_forward_without_a_refusal_says_what_mnn_printed(replay: dict[str, Path], tmp_path: Path,
@@ -250,7 +266,46 @@ def test_fix_of_a_fused_add_relu_is_checked_on_the_host_build(replay: dict[str, 
     doc = json.loads(res.stdout)
     checks = {c["name"]: c for c in doc["proof"]}
     assert checks["the converted .mnn keeps the activation as its own op"]["passed"], checks
-    host = checks["MNN's QNN backend (host build) runs the fix right"]
-    assert not host["passed"] and "real_bug" in host["detail"] and "first failing now" in host["detail"], host
+    gone, jumps = checks["the fused op's jump is gone (host build)"], checks["no op jumps beyond its floor (host build)"]
+    assert not gone["passed"] and "b1_relu not aligned in the host run" in gone["detail"], gone
+    assert "first failing now flat (Flatten)" in gone["detail"] and "b1_relu is still fused into flat" in gone["detail"]
+    assert not jumps["passed"] and "verdict real_bug" in jumps["detail"] and "first failing flat (Flatten)" in jumps["detail"]
     assert not doc["proven"] and doc["not_proven"] == [] and "On MNN's own QNN backend (host build)" in doc["summary"]
+    # NOT proven says which conditions failed, in the summary and on the first line of the text
+    assert "NOT proven (failed: the fused op's jump is gone (host build); no op jumps" in doc["summary"]
+    text = runner.invoke(app, ["fix", str(tmp_path / "diag"), "--out", str(tmp_path / "fix2"), "--option",
+                               f"mnn_build_dir={replay['build']}", "--option", f"qnn_lib_dir={replay['libs']}"]).stdout
+    assert text.splitlines()[0].endswith("NOT proven: failed the fused op's jump is gone (host build); no op jumps "
+                                         "beyond its floor (host build)"), text.splitlines()[0]
     assert (tmp_path / "fix" / "host" / "host" / "run.json").is_file()
+
+
+@pytest.mark.parametrize("case", [BUGGY, HEALTHY])
+def test_compare_targets_locates_where_mnns_qnn_path_leaves_the_qnn_ep(replay: dict[str, Path], tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch, case: Path) -> None:
+    """The real host dump (MNN's own QNN path) against ONNX Runtime's QNN EP on the same simulator, same inputs: on the
+    net whose BinaryOp drops its fused Relu the gap opens at that op; on the healthy net no op opens one."""
+    monkeypatch.setenv("REPLAY_MNN_LOG", str(case / "runner.log"))
+    monkeypatch.setenv("REPLAY_DUMP", str(case / "dump"))
+    code, _ = _host(replay, "diagnose", tmp_path / "d", case)
+    assert code == 0
+    model = replay["buggy" if case == BUGGY else "healthy"]
+    res = runner.invoke(app, ["dump", str(model), "--target", "htp-sim", "--inputs", str(tmp_path / "d" / "baseline" /
+                                                                                        "inputs.npz"),
+                              "--out", str(tmp_path / "sim"), "--json"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["compare-targets", str(tmp_path / "d" / "baseline"), str(tmp_path / "d" / "host"),
+                              str(tmp_path / "sim"), "--json"])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.stdout)
+    assert (r["label_a"], r["label_b"]) == ("host", "htp-sim") and len(r["rows"]) >= 8
+    if case == BUGGY:
+        first = r["first_gap"]
+        assert first is not None and first["name"] in ("b1_add", "b1_relu") and first["gap_db"] > 20, r["summary"]
+        assert first["target_a_name"].startswith("t") and "host first falls" in r["summary"]
+        assert r["next_steps"][0]["cli"].startswith("qnn-debug op ")
+    else:
+        assert r["first_gap"] is None and "first falls" not in r["summary"], r["summary"]
+    text = runner.invoke(app, ["compare-targets", str(tmp_path / "d" / "baseline"), str(tmp_path / "d" / "host"),
+                               str(tmp_path / "sim")]).stdout
+    assert text.startswith("compare-targets: host") and r["summary"][:60] in text

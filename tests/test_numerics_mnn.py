@@ -81,7 +81,7 @@ def test_fused_deconvolution_missing_its_relu_names_the_mnn_op(tmp_path: Path, c
     write_htp_dump(tmp_path / "dump", mnn, _bug_values(model, x, "up_relu"))
     r = compare_paths(tmp_path / "base", tmp_path / "dump")
     v, ff = r.verdict, r.first_failing
-    assert (v.kind, v.pattern) == ("real_bug", "wrong_semantics"), v.summary
+    assert (v.kind, v.pattern) == ("real_bug", "fused_activation_dropped"), v.summary
     assert ff is not None and ff.tensor == "up_relu"
     assert (ff.op, ff.op_type) == ("up", "Deconvolution")
     assert ff.fused is not None and ff.fused.target_tensor is not None and ff.fused.target_tensor.startswith("t")

@@ -134,11 +134,12 @@ def test_l2norm_rescale_is_sized_from_the_sum_and_folded_into_the_conv(tmp_path:
     assert ev["region_max_abs"] * 4.0 ** -k * 4 <= 65504  # the sum fits, with the 4x margin
     assert ev["rescale_producer"] == "mix" and ev["rescale_uses_outside"] == []
     check_steps(c["next_steps"])
-    why = c["next_steps"][0]["why"]
-    assert f"fold 2^-{k} into mix's weights (Conv: multiply W and B by 2^-{k})" in why and "`sumsq`" in why
+    why = c["next_steps"][1]["why"]  # the hand-made rescale, after the tool's own (sized over the whole range)
+    assert "fold 2^-K into mix's weights (Conv: multiply W and B by 2^-K)" in why and "`sumsq`" in why
+    assert f"K at least {k}: 2^-{k} is what this sample alone needs" in why
     after = ev["region_max_abs"] * 4.0 ** -k  # the headroom said is the measured one, not the design's 4
     assert f"a factor {65504.0 / after:.3g} inside fp16's 65504" in why
-    fix = c["next_steps"][1]  # the tool writes and proves that rescale (skill step 6)
+    fix = c["next_steps"][0]  # the tool writes and proves that rescale (skill step 6)
     assert fix["tool"] == "fix_and_prove" and fix["cli"] == 'qnn-debug fix "$THIS_RESULT" --input-range "$INPUT_RANGE"'
     # The table row of the first failing tensor: its floor fails too, so its excess is from the fp16 level and
     # the words say so (not "56 dB below the fp16 floor (1.9 dB)" when the target is above that floor).
@@ -161,8 +162,8 @@ def test_rmsnorm_rescale_feeds_only_the_norm_and_fits_its_sum(tmp_path: Path, hi
     assert ev["region_max_abs"] * 4.0 ** -k * 4 <= 65504
     assert sorted(ev["rescale_uses_inside"]) == ["normalize", "square"] and ev["rescale_uses_outside"] == ["residual"]
     check_steps(c["next_steps"])
-    why = c["next_steps"][0]["why"]
-    assert f"insert one Mul(`h`, 2^-{k})" in why and "residual keep reading the unscaled `h`" in why
+    why = c["next_steps"][1]["why"]
+    assert "insert one Mul(`h`, 2^-K)" in why and "residual keep reading the unscaled `h`" in why and f"2^-{k}" in why
     fixed = diagnose_cli(tmp_path, "rms_fixed", _scale_input(model, "h", ["square", "normalize"], k), feeds)["compare"]
     assert fixed["verdict"]["kind"] == "ok", fixed["verdict"]["summary"]
 
@@ -232,6 +233,17 @@ def test_mnn_dump_locates_the_overflow_at_the_square_mnn_lowered_reduce_sum_squa
     assert v["summary"].index(f"`{square}`") < v["summary"].index("`ss`"), v["summary"]
     assert "the target's own stage of sumsq (ReduceSumSquare" in v["summary"]
     check_steps(out["next_steps"])
+    # the row in words a reader can follow to the file: the MNN op, its t<N> and the dump file holding it
+    n = mnn.tensor_index(square)
+    assert ff["dump_tensor"] == f"t{n}" and Path(ff["dump_file"]).name.endswith(f"_t{n}.raw"), ff
+    assert Path(ff["dump_file"]).is_file()
+    line = next(ln for ln in runner.invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "dump")]).stdout
+                .splitlines() if ln.startswith("first failing:"))
+    assert "the model's tensor 'ss' (made by ONNX ReduceSumSquare sumsq)" in line, line
+    assert f"at MNN op {by_output[square].name!r} ({by_output[square].type_name})" in line, line
+    assert f"in the dump it is t{n}: file {ff['dump_file']}" in line, line
+    runner.invoke(app, ["compare", str(tmp_path / "base"), str(tmp_path / "dump"), "--report", str(tmp_path / "rep")])
+    assert f"In the target's dump it is `t{n}`: `{ff['dump_file']}`" in (tmp_path / "rep" / "compare.md").read_text()
 
 
 def _rope_fault(model: onnx.ModelProto, layer: int, fault: str) -> onnx.ModelProto:

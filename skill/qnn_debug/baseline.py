@@ -132,7 +132,13 @@ def finish_baseline(out_dir: Path, report: BaselineReport, progress: Progress = 
     with progress.stage("baseline: fp16 range", total=None, message="baseline: checking the fp16 range of every tensor"):
         reference = load_run(out_dir / REFERENCE_DIR)
         report.ranges = range_report(reference, judge=baseline_judge(reference))
-    if not report.ranges.fp16_safe:
+        user = report.mnn_model
+        if user is not None and (out_dir / user.run).is_dir():  # the file given is what the gate is about
+            user_run = load_run(out_dir / user.run)
+            user.ranges = range_report(user_run, judge=baseline_judge(user_run))
+    if report.mnn_model is not None and report.mnn_model.ranges is not None:
+        report.sentence = f"{report.sentence} {_user_range_sentence(report)}"
+    elif not report.ranges.fp16_safe:
         report.sentence = f"{report.sentence} {report.ranges.sentence()}"
     atomic_write_text(out_dir / BASELINE_FILE, report.model_dump_json(indent=1))
     fs.release_dir(out_dir)
@@ -228,6 +234,25 @@ def _gate_user_mnn(report: BaselineReport, user: Path, out: Path, progress: Prog
     report.sentence = f"{report.sentence} {words}"
 
 
+def _user_range_sentence(report: BaselineReport) -> str:
+    """The fp16 range of the .mnn the user gave (its MNN CPU run), said apart from the ONNX reference's: a rescaled
+    .mnn gated against the original ONNX must not be called unsafe for the original's values."""
+    user, onnx_ranges = report.mnn_model, report.ranges
+    assert user is not None and user.ranges is not None
+    name = Path(user.path).name
+    top = user.ranges.largest
+    peak = f" (largest |value| {top.max_abs:.3g} at `{top.tensor}`)" if top is not None else ""
+    if user.ranges.fp16_safe:
+        own = f"Your {name} is fp16-safe on these inputs{peak}."
+    else:
+        own = f"Your {name}: {user.ranges.sentence()}"
+    if onnx_ranges is not None and not onnx_ranges.fp16_safe:
+        first = onnx_ranges.unsafe[0]
+        return (f"{own} (The ONNX reference itself is not: `{first.tensor}` reaches {first.max_abs:.3g}; that is the "
+                f"original model's range, not your file's.)")
+    return own
+
+
 def _user_mnn_sentence(check: MnnModelCheck) -> str:
     g = check.gate
     name = Path(check.path).name
@@ -302,7 +327,7 @@ def _prepare_dir(out: Path, force: bool) -> Path:
         return (p / BASELINE_FILE).exists() or (p / REFERENCE_DIR).is_dir() or fs.is_claimed(p)
 
     if check_output_dir(out, force=force, is_ours=is_baseline, what="baseline"):
-        for name in (BASELINE_FILE, INPUTS_FILE, REFERENCE_DIR, FLOOR_DIR, MNN_DIR):
+        for name in (BASELINE_FILE, INPUTS_FILE, REFERENCE_DIR, FLOOR_DIR, MNN_DIR, MNN_USER_DIR):
             entry = out / name
             if entry.is_dir() and ((entry / RUN_FILE).exists() or (entry / TENSOR_DIR).is_dir()):
                 shutil.rmtree(entry)
@@ -430,7 +455,23 @@ def gate_report(reference: Run, mnn: Run, floor: Run | None, *,
     rels = [o.rel_error for o in per_output]
     report.max_rel_error = None if any(r is None for r in rels) else max(r for r in rels if r is not None)
     report.status = "passed" if all(o.passed for o in per_output) else "failed"
+    if report.status == "passed" and report.first_divergent is not None:
+        _not_counted(report)
     return report
+
+
+def _not_counted(report: GateReport) -> None:
+    """A passing gate names no divergent tensor: the one beyond its limit is kept apart, with why it does not count."""
+    name, op = report.first_divergent, report.first_divergent_op
+    rel, limit = report.first_divergent_rel_error, report.first_divergent_limit
+    report.divergent_not_counted = name
+    report.not_counted_why = (
+        f"{name!r}{f' ({op})' if op else ''} differs by {_rel_words(rel)} (limit {limit or 0:.1e}) under its ONNX name, "
+        f"yet every output agrees to {report.max_rel_error or 0:.1e}: MNN holds another value under that name (a fused "
+        f"op's output written under it, or a stage its conversion rescaled or reordered), not an error that reaches "
+        f"the outputs, so it does not count")
+    report.first_divergent = report.first_divergent_op = None
+    report.first_divergent_rel_error = report.first_divergent_limit = None
 
 
 def _gate_limit(floor_rel: float | None) -> float:

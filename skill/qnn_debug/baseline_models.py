@@ -40,6 +40,10 @@ class GateReport(BaseModel):
     first_divergent_op: str | None = None  # "Gather embed_tokens": the model node that makes it
     first_divergent_rel_error: float | None = None  # None: not finite on one side
     first_divergent_limit: float | None = None
+    # a passing gate names no divergent tensor: one beyond its limit while every output agrees is moved here, with why
+    # it does not count (the .mnn holds another value under that ONNX name: a fused op's output, a rescaled stage)
+    divergent_not_counted: str | None = None
+    not_counted_why: str | None = None
     compared_tensors: int = 0
     outputs: list[GateOutput] = Field(default_factory=list)
     shape_mismatches: list[str] = Field(default_factory=list)
@@ -55,6 +59,7 @@ class MnnModelCheck(BaseModel):
     gate: GateReport
     same_as_converted: bool | None = None  # None: nothing was converted to compare with (--no-mnn-gate)
     differences: list[str] = Field(default_factory=list)
+    ranges: RangeReport | None = None  # the fp16 range of this .mnn's own MNN CPU run (not the ONNX reference's)
 
 
 class BaselineReport(BaseModel):

@@ -27,7 +27,7 @@ import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
 from . import fs
-from .errors import BadInputError
+from .errors import BadInputError, QnnDebugError
 from .runstore_models import InputInfo, now_iso
 
 SCHEMA_VERSION = 1
@@ -212,14 +212,47 @@ def remove_entries(out: Path, names: Iterable[str]) -> None:
             entry.unlink()
 
 
+FAILED_FILE = "failed.json"  # a run that failed: what went wrong; its log is in logs/
+
+
+def keep_failed_log(out_dir: str | os.PathLike[str], name: str, text: str, *, message: str,
+                    command: list[str] | None = None) -> Path | None:
+    """Keep a failed run's full log at ``<out>/logs/<name>`` (with ``failed.json`` saying what failed), so the
+    error can name a file. Only into an absent or empty folder, or over a previous failed attempt; never among
+    other files. None when it could not be written (the error is reported either way)."""
+    import json
+
+    try:
+        path = fs.real_path(out_dir, what="output directory")
+        if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not is_failed_attempt(path))):
+            return None
+        if is_failed_attempt(path):
+            remove_entries(path, [FAILED_FILE, LOG_DIR])
+        fs.make_dirs(path / LOG_DIR)
+        log = path / LOG_DIR / name
+        fs.atomic_write_text(log, text, what="run log")
+        fs.atomic_write_text(path / FAILED_FILE, json.dumps({"error": message, "log": f"{LOG_DIR}/{name}",
+                                                             "command": command or []}, indent=1), what="run log")
+        return log
+    except (OSError, QnnDebugError):
+        return None
+
+
+def is_failed_attempt(path: Path) -> bool:
+    """A folder holding only what :func:`keep_failed_log` wrote (a new run replaces it without ``force``)."""
+    return path.is_dir() and (path / FAILED_FILE).is_file() and {p.name for p in path.iterdir()} <= {FAILED_FILE, LOG_DIR}
+
+
 def prepare_run_dir(out_dir: str | os.PathLike[str], *, force: bool = False) -> Path:
     """Create ``out_dir`` for a new run, refusing to clobber anything that is not a previous run.
 
-    An existing empty directory is fine. With ``force``, a previous *run* directory (one holding
-    ``run.json`` or a ``tensors/`` folder) is replaced; any other non-empty directory is refused so
-    user data is never deleted.
+    An existing empty directory is fine, and so is a failed attempt's (its log and ``failed.json`` only). With
+    ``force``, a previous *run* directory (one holding ``run.json`` or a ``tensors/`` folder) is replaced; any
+    other non-empty directory is refused so user data is never deleted.
     """
     path = fs.real_path(out_dir, what="output directory")
+    if is_failed_attempt(path):
+        remove_entries(path, [FAILED_FILE, LOG_DIR])
     if check_output_dir(path, force=force, is_ours=_is_run_dir, what="run directory"):
         shutil.rmtree(path)
     fs.claim_dir(path)  # a second writer fails here, before any file is written

@@ -13,6 +13,7 @@ from mcp.types import ToolAnnotations
 
 from ..publish import OpTool, model_stem, publish
 
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 WRITES_RUNS = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
 WRITES_REPORT = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                 open_world_hint=False)  # each call writes a new report directory
@@ -125,6 +126,17 @@ def trim_diagnose(r: dict[str, Any], top: int) -> dict[str, Any]:
     return {**r, "compare": top_rows(r["compare"], top) if r.get("compare") else None}
 
 
+COMPARE_TARGETS = """After two runs of one model on two targets with the same inputs (e.g. diagnose on host and on
+htp-sim: MNN's own QNN path and ONNX Runtime's QNN EP on the same simulator): each is compared with the same
+`baseline` and the rows are joined by reference tensor. Names the first tensor where `target_a` is worse than
+the fp16 floor allows and falls 6 dB behind `target_b` with a 3 dB step (the op to look at), or says the gap builds
+up over many ops (precision spread over the graph, no single wrong op). Read-only."""
+
+
+def summarize_compare_targets(r: dict[str, Any]) -> str:
+    return str(r.get("summary", ""))
+
+
 def register(server: MCPServer) -> None:
     publish(server, OpTool("baseline", "baseline", "Build the trusted CPU baseline", WRITES_RUNS, BASELINE,
                            summarize=summarize_baseline, long=True, auto_background=True,
@@ -135,6 +147,9 @@ def register(server: MCPServer) -> None:
     publish(server, OpTool("compare", "compare", "Compare a QNN run with the baseline", WRITES_REPORT, COMPARE,
                            summarize=summarize_compare, long=True, top=True, transform=top_rows,
                            job_title=lambda r: f"compare of {model_stem(r, 'target')}"))
+    publish(server, OpTool("compare_targets", "compare_targets", "Locate where one target loses against another",
+                           READ_ONLY, COMPARE_TARGETS, summarize=summarize_compare_targets, long=True,
+                           job_title=lambda r: f"compare of {model_stem(r, 'target_a')} and {model_stem(r, 'target_b')}"))
     publish(server, OpTool("diagnose", "diagnose", "Diagnose a model on QNN end to end", WRITES_RUNS_MAYBE_DEVICE,
                            DIAGNOSE, summarize=summarize_diagnose, long=True, auto_background=True, top=True,
                            transform=trim_diagnose,

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from ..baseline_models import BaselineResult
 from ..compare.schema import CompareResult
+from ..compare.targets_models import TargetsComparison
 from ..device.probe import ProbeResult
 from ..device_models import DevicesResult, ImportResult, RunModelResult
 from ..diagnose_models import DiagnoseResult
@@ -43,6 +44,7 @@ from .requests import (
     ToggleShapeMutableRequest,
     TriageRequest,
 )
+from .requests_targets import CompareTargetsRequest
 
 RUNNERS = "qnn_debug.api.runners"
 
@@ -53,6 +55,7 @@ TABLE: list[tuple[str, type[BaseModel], type[BaseModel], bool, str]] = [
     ("baseline", BaselineRequest, BaselineResult, True, "trusted CPU baseline: fp32 reference, fp16 floor and the MNN CPU gate, every tensor"),
     ("dump", DumpRequest, DumpResult, True, "every intermediate tensor of a model on a QNN target, refusing any CPU fallback"),
     ("compare", CompareRequest, CompareResult, True, "a target run against the baseline tensor by tensor: first failing op and verdict"),
+    ("compare_targets", CompareTargetsRequest, TargetsComparison, True, "two runs of one model on two targets (host MNN vs htp-sim), each against the baseline, located tensor by tensor"),
     ("diagnose", DiagnoseRequest, DiagnoseResult, True, "baseline, dump and compare in one go"),
     ("bisect", BisectRequest, BisectResult, True, "first failing op by truncating the model, when no dump is possible"),
     ("localise_blocks", LocaliseBlocksRequest, BlockResult, True, "first failing decoder block of an LLM, then the first failing op inside it"),

@@ -13,10 +13,12 @@ from ..errors import BadInputError
 from ..progress import Progress
 from . import requests as rq
 from .options import engine_options
+from .requests_targets import CompareTargetsRequest
 
 if TYPE_CHECKING:
     from ..baseline_models import BaselineResult
     from ..compare.schema import CompareResult
+    from ..compare.targets_models import TargetsComparison
     from ..device.probe import ProbeResult
     from ..device_models import DevicesResult, ImportResult, RunModelResult
     from ..diagnose_models import DiagnoseResult
@@ -104,6 +106,13 @@ def compare(request: rq.CompareRequest, progress: Progress) -> CompareResult:
                          execution=request.execution, report_dir=request.report_dir, json_path=request.json_path,
                          options=CompareOptions(local_checks=request.local_checks), progress=progress,
                          fp16_codes=request.fp16_codes)
+
+
+def compare_targets(request: CompareTargetsRequest, progress: Progress) -> TargetsComparison:
+    from ..compare.targets_diff import compare_targets as run
+
+    return run(request.baseline, request.target_a, request.target_b, label_a=request.label_a,
+               label_b=request.label_b, model=request.model, mnn_model=request.mnn_model, progress=progress)
 
 
 def diagnose(request: rq.DiagnoseRequest, progress: Progress) -> DiagnoseResult:

@@ -21,6 +21,8 @@ def human(result: Any, request: Any) -> None:
                  f"{_fmt(g.first_divergent_rel_error)}); " if g.first_divergent else "")
         typer.echo(f"  MNN CPU gate: {g.status}; max rel error on outputs {_fmt(g.max_rel_error)}; {first}"
                    f"worst tensor {g.worst_tensor} ({_fmt(g.worst_tensor_rel_error)}) over {g.compared_tensors} shared tensors")
+        if g.not_counted_why:
+            typer.echo(f"    not counted: {g.not_counted_why}")
     else:
         typer.echo(f"  MNN CPU gate: {g.status} ({g.note})")
     if r.mnn_model is not None:
@@ -30,6 +32,8 @@ def human(result: Any, request: Any) -> None:
         typer.echo(f"  your .mnn {Path(u.path).name}: gate {u.gate.status}"
                    + (f", max rel error {_fmt(u.gate.max_rel_error)}" if u.gate.status in ("passed", "failed") else "")
                    + f"; {same}")
+        if u.gate.not_counted_why:
+            typer.echo(f"    not counted: {u.gate.not_counted_why}")
         for d in u.differences[:4]:
             typer.echo(f"    - {d}")
     typer.echo(f"  inputs: {result.inputs_path} ({r.inputs.source})")

@@ -75,6 +75,27 @@ op_command("compare", "compare", _human, json=COMPARE_JSON, cls=OptionalJsonComm
     "TARGET is one run; a baseline directory is refused with a pointer to its reference/ run."))
 
 
+def first_failing_words(result: Any) -> str:
+    """The first failing row in words a reader can follow to the file: the model's tensor and node, the target's op
+    (MNN's, when it ran the model), and for an MNN dump the t<N> tensor and the file holding it."""
+    ff = result.first_failing
+    model_node = (f"ONNX {ff.model_op_type} {ff.model_op}" if ff.model_op else
+                  f"ONNX {ff.op_type} {ff.op}" if ff.op and not ff.fused and not ff.target_tensor else None)
+    words = f"the model's tensor {ff.tensor!r}" + (f" (made by {model_node})" if model_node else "")
+    mnn = result.mnn_model is not None or result.target_kind == "mnn-dump" or ff.dump_tensor is not None
+    engine = "MNN" if mnn else "the target"
+    if ff.target_tensor:
+        words += (f"; it first fails inside it, at {engine} op {ff.op!r} ({ff.op_type}), a stage of the target's "
+                  f"own whose output {ff.target_tensor!r} the reference does not have")
+    elif ff.fused is not None:
+        words += f"; {engine} ran it as op {ff.fused.op!r} ({ff.fused.op_type}), fusing {', '.join(ff.fused.model_nodes)}"
+    elif mnn and ff.op:
+        words += f"; {engine} op {ff.op!r} ({ff.op_type}) made it"
+    if ff.dump_tensor:
+        words += f"; in the dump it is {ff.dump_tensor}" + (f": file {ff.dump_file}" if ff.dump_file else "")
+    return words + f" (position {ff.position} in execution order)"
+
+
 def print_summary(result: Any) -> None:
     """The verdict, its next steps, the first failing op and the worst tensors, in a few lines.
 
@@ -89,11 +110,15 @@ def print_summary(result: Any) -> None:
         le = ff.local_error
         local = (f"; local SQNR {fmt.db_unit(le.sqnr_db)} {fmt.local_inputs(le.inputs).rstrip(',')}"
                  if le is not None and le.sqnr_db is not None else "")
-        typer.echo(f"first failing: tensor {ff.tensor!r} from {ff.op} ({ff.op_type}) at position {ff.position}{local}")
+        typer.echo(f"first failing: {first_failing_words(result)}{local}")
     c = result.counts
     aliases = f" ({c['aliases']} of them target stages standing for a model tensor)" if c.get("aliases") else ""
     typer.echo(f"tensors: {c.get('aligned', 0)} aligned{aliases}, {c.get('unaligned', 0)} not aligned"
                + (f"; report: {result.report_files['markdown']}" if result.report_files else ""))
+    if result.unaligned_by_reason:
+        from ..compare.unaligned import words
+
+        typer.echo(f"  not aligned, by reason: {words(result.unaligned_by_reason)}")
     th = result.thresholds
     cap = float(th.get("floor_cap_db", 60.0))
     quantized = result.precision == "quantized" or any(r.quantized for r in result.tensors)
@@ -116,3 +141,28 @@ def print_summary(result: Any) -> None:
         typer.echo(f"  warning: {w}")
     for i, step in enumerate(result.next_steps, 1):
         typer.echo(("next steps:\n" if i == 1 else "") + f"  {i}. {step.cli}    # {step.why}")
+
+
+def _targets_human(r: Any, request: Any) -> None:
+    """The summary, then every row where the gap steps up (the places to look), and the outputs."""
+    typer.echo(f"compare-targets: {r.label_a} ({r.target_a}) against {r.label_b} ({r.target_b})")
+    typer.echo(f"  {r.summary}")
+    typer.echo(f"  each alone: {', '.join(f'{k}: {v}' for k, v in r.verdicts.items())}")
+    shown = [x for x in r.rows if (x.step_db or 0.0) >= r.step_threshold_db or x in r.outputs][:20]
+    if shown:
+        typer.echo(f"  {'tensor':<40} {'op':<16} {r.label_a:>10} {r.label_b:>10} {'gap':>8} {'step':>8}")
+    for x in shown:
+        def db(v: float | None) -> str:
+            return "n/a" if v is None else f"{v:.1f}"
+
+        typer.echo(f"  {x.name[:40]:<40} {(x.op_type or '?')[:16]:<16} {db(x.sqnr_a_db):>10} {db(x.sqnr_b_db):>10} "
+                   f"{db(x.gap_db):>8} {db(x.step_db):>8}")
+    for i, s in enumerate(r.next_steps, 1):
+        typer.echo(("next steps:\n" if i == 1 else "") + f"  {i}. {s.cli}    # {s.why}")
+
+
+op_command("compare-targets", "compare_targets", _targets_human, help_text=(
+    "Locate where one target loses against another, tensor by tensor: A and B (e.g. diagnose's host/ and htp-sim/ "
+    "run folders: MNN's own QNN path and ONNX Runtime's QNN EP on the same simulator) are each compared with "
+    "BASELINE and joined by reference tensor; the first tensor where A falls 6 dB behind B with a 3 dB step is "
+    "named, or the gap is said to build up over many ops."))

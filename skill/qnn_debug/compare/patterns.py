@@ -32,7 +32,8 @@ from .rotary import alternatives, find_block
 from .thresholds import Thresholds
 
 # Most specific first: when several trials match, the earlier pattern wins.
-PRIORITY = ["nan_inf", "missing_op", "zero_input", "bias_only", "rotary_layout", "wrong_coordinates", "wrong_semantics", "permutation",
+PRIORITY = ["nan_inf", "missing_op", "zero_input", "bias_only", "rotary_layout", "wrong_coordinates",
+            "fused_activation_dropped", "wrong_semantics", "permutation",
             "scale_shift", "constant"]
 BIAS_OPS = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}
 FLATTENING_OPS = {"Flatten", "Reshape", "Gemm", "MatMul", "Squeeze"}
@@ -373,7 +374,7 @@ def fused_activation(ctx: PatternContext) -> list[Trial]:
         if not op.input or not op.output:
             continue
         ident = helper.make_node("Identity", [op.input[0]], [op.output[0]], name=op.name)
-        t = ctx.trial("wrong_semantics", f"fused {op.op_type} {op.name} missing (output = pre-activation)",
+        t = ctx.trial("fused_activation_dropped", f"fused {op.op_type} {op.name} missing (output = pre-activation)",
                       nodes=_replace(ctx, i, ident), details={"node": op.name, "activation": op.op_type})
         if t is not None:
             trials.append(t)

@@ -29,6 +29,7 @@ from ..runstore import MNN_DIR, Run, atomic_write_text, sha256_file
 from . import rules
 from .align import align_runs
 from .checks import rerun_suspects
+from .dump_location import locate_in_dump
 from .importers import ReferenceSide, open_reference, open_target, target_kind
 from .localise import localise
 from .model_diff import ModelDifference, NodeDifference, describe, model_difference
@@ -41,6 +42,7 @@ from .schema import CompareResult, FirstFailing
 from .shipped import shipped_check
 from .top1 import top1_agreement
 from .trust import mark_trust
+from .unaligned import by_reason
 from .verdict import Findings, mark_first_failing, name_on_target, note_unchecked
 
 __all__ = ["PREFETCH_AHEAD", "CompareOptions", "compare_paths", "compare_runs", "resolve_model"]
@@ -79,6 +81,8 @@ def compare_paths(reference: str | Path, target: str | Path, *, model: str | Pat
                               options=options, progress=progress, model_note=note,
                               mnn_model=str(guess) if guess else None)
         result.target = str(target)
+        locate_in_dump(result, run)
+        _modulebasic_rule(result)
         result.next_steps = rules.next_steps(result)  # its commands name the target as the user gave it
         if report is not None:
             from .report import write_report
@@ -200,6 +204,7 @@ def compare_runs(side: ReferenceSide, target: Run, *, model: Any = None, model_p
         precision=target.record.precision, first_failing=decision.first,
         verdict=rules.verdict(decision, findings, th), tensors=sorted(measured.all_rows, key=lambda r: r.position),
         observer_effect_db=target.record.observer_effect_db, unaligned=aligned.unaligned,
+        unaligned_by_reason=by_reason(aligned.unaligned),
         counts={"reference_tensors": len(ref.tensors), "target_tensors": len(target.tensors),
                 "aligned": len(measured.all_rows), "aliases": sum(r.stands_for is not None for r in measured.all_rows),
                 "unaligned": len(aligned.unaligned), "suspects": len(located.suspects),
@@ -244,3 +249,22 @@ def _mark_target_model(result: CompareResult, difference: ModelDifference | None
 
 def _shapes_only(args: list[str]) -> list[str]:
     return [x for pair in zip(args[::2], args[1::2], strict=True) if pair[0] == "--shape" for x in pair]
+
+
+def _modulebasic_rule(result: CompareResult) -> None:
+    """Predicting ModuleBasic's TESTERROR from the outputs: say where the fp16 floor itself cannot meet its rule."""
+    from .modulebasic_rule import RULE, unreachable_words
+
+    e2e = result.verdict.evidence.get("end_to_end")
+    if not isinstance(e2e, dict):
+        return
+    rows = {r.name: r for r in result.tensors if r.stands_for is None}
+    for name, entry in e2e.items():
+        row = rows.get(name)
+        rate = (row.floor_metrics or {}).get("diff_rate") if row is not None else None
+        if rate is None or not isinstance(entry, dict):
+            continue
+        entry["floor_diff_rate"] = rate
+        entry["modulebasic_rule_met_by_floor"] = rate <= RULE
+        if rate > RULE:
+            result.warnings.append(unreachable_words(name, float(rate)))

@@ -62,7 +62,11 @@ def markdown(r: CompareResult) -> str:
     lines += _rows_table(r)
     lines += _outputs(r)
     if r.unaligned:
-        lines += [f"## Not aligned ({len(r.unaligned)})", "", "| tensor | in | reason |", "|---|---|---|"]
+        lines += [f"## Not aligned ({len(r.unaligned)})", ""]
+        if r.unaligned_by_reason:
+            lines += ["| how many | why |", "|---|---|", *(f"| {n} | {why} |" for why, n in r.unaligned_by_reason.items()),
+                      ""]
+        lines += ["| tensor | in | reason |", "|---|---|---|"]
         lines += [f"| `{u.name}` | {u.side} | {u.reason} |" for u in r.unaligned[:MAX_UNALIGNED]]
         if len(r.unaligned) > MAX_UNALIGNED:
             lines.append(f"| … | | {len(r.unaligned) - MAX_UNALIGNED} more in {JSON_FILE} |")
@@ -118,6 +122,9 @@ def _first_failing(r: CompareResult) -> list[str]:
              f"| `{ff.tensor}` | `{ff.op}` | {ff.op_type} | {ff.position} | {fmt.db_unit(ev.get('target_sqnr_db'))} | "
              f"{fmt.db_unit(ev.get('floor_sqnr_db'))} | {fmt.amount(ev.get('jump_db'))} dB | "
              f"{fmt.db_unit(le.sqnr_db if le else None)} | {fmt.db_unit(le.expected_sqnr_db if le else None)} |", ""]
+    if ff.dump_tensor:
+        lines += [f"In the target's dump it is `{ff.dump_tensor}`" + (f": `{ff.dump_file}`" if ff.dump_file else "")
+                  + (f" (written by MNN op `{ff.op}`, {ff.op_type})" if ff.op else "") + ".", ""]
     if le is not None and any(source != "target" for source in le.inputs.values()):
         lines += [f"Local SQNR: {fmt.local_inputs(le.inputs).rstrip(',')}.", ""]
     if le is not None and len(le.segment) > 1:

@@ -26,8 +26,10 @@ VerdictKind = Literal["ok", "precision", "quantization", "real_bug", "input_not_
 Pattern = Literal[
     "none", "zero_input", "bias_only", "permutation", "wrong_coordinates", "wrong_semantics",
     "scale_shift", "constant", "nan_inf", "encoding_range", "fp16_range",
-    "rotary_layout", "missing_op",
+    "rotary_layout", "missing_op", "fused_activation_dropped",
 ]
+# ``fused_activation_dropped``: the target's output is the pre-activation value of an activation the model has (MNN
+# fuses Conv/Deconvolution/BinaryOp + Relu into one op, and its QNN backend can lose the Relu); ``fix`` handles it.
 # ``fp16_range``: a value beyond fp16's range (HTP saturates it at ±131008, an IEEE producer makes it inf); stored
 # results from before it was named carry ``nan_inf`` for that case. ``nan_inf`` is a target holding NaN/inf
 # where its own op went wrong (a real_bug pattern).
@@ -83,6 +85,8 @@ class FirstFailing(BaseModel):
     # the target's op and ``model_op`` the model node it came from.
     target_tensor: str | None = None
     probe: list[str] = Field(default_factory=list)  # `op OP_TYPE --probe` arguments: its real shapes and attributes
+    dump_tensor: str | None = None  # an MNN dump's own name of the failing tensor (t<N>: the .mnn's tensor index)
+    dump_file: str | None = None  # the dump file holding it (execution_…_tensor_…_t<N>.raw)
 
 
 class Verdict(BaseModel):
@@ -151,6 +155,8 @@ class CompareResult(BaseModel):
     observer_effect_db: dict[str, float] | None = None
     unaligned: list[UnalignedRow] = Field(default_factory=list)
     counts: dict[str, int] = Field(default_factory=dict)
+    # why the unaligned tensors were left out, counted by reason class (compare.unaligned.reason_class)
+    unaligned_by_reason: dict[str, int] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
     thresholds: dict[str, Any] = Field(default_factory=dict)
     report_files: dict[str, str] = Field(default_factory=dict)

@@ -28,7 +28,10 @@ def fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
     op, tensor, k = ev.get("op"), ev.get("tensor"), ev.get("rescale_exponent")
     source, construct = ev.get("rescale_input"), ev.get("scale_invariant")
     ref_max = float(ev.get("reference_max_abs") or 0.0)
-    scale = f"2^-{k}" if k else "2^-k"
+    # sized on this sample only: what the user applies must hold over their input range, which only `fix` (given
+    # --input-range) bounds; so the number is said as a lower bound and the exponent left to be sized there
+    scale = "2^-K"
+    sample_k = f"K at least {k}: 2^-{k} is what this sample alone needs" if k else "K sized on your largest input"
     where = f"`{source}` (the input of {op})" if source else f"the input of {op}"
     squaring = bool(ev.get("squaring"))
     shrink = "squares shrink with the square of the factor, so " if squaring else ""
@@ -44,10 +47,12 @@ def fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
                "RMSNorm": "x / rms(x) is unchanged when x is scaled (scale eps by the square of the factor)",
                "LayerNorm": "(x - mean) / std is unchanged when x is scaled (scale eps by the square of the factor)",
                }[str(construct)]
-        remedies.append(f"Rescale by a power of two around the scale-invariant {construct}: {_rescale_place(ev, scale)} "
-                        f"({shrink}{largest} to about {after:.3g}, {_headroom(after)} inside fp16's 65504 for "
-                        f"these inputs: size it on your largest input), then diagnose the edited model; why: {why}, "
-                        f"and a power of two is exact in fp16, so nothing else changes.")
+        remedies.append(f"Or rescale by hand by a power of two around the scale-invariant {construct}: "
+                        f"{_rescale_place(ev, scale)} ({sample_k}; at 2^-{k or 'k'} {shrink}{largest} to about "
+                        f"{after:.3g}, {_headroom(after)} inside fp16's 65504 for this sample only; other inputs of "
+                        f"your range reach more, so size K over the declared range, as `fix --input-range` does), "
+                        f"then diagnose the edited model; why: {why}, and a power of two is exact in fp16, so nothing "
+                        f"else changes.")
     elif ev.get("shift_invariant"):
         remedies.append(f"Shift, do not rescale: `{tensor}` feeds a Softmax, which is shift-invariant "
                         f"(softmax(x - c) equals softmax(x)) but not scale-invariant; subtract the row maximum before "
@@ -56,9 +61,9 @@ def fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
                         f"between logits, so a shift changes nothing it computes.")
     else:
         remedies.append(f"Rescale by a power of two: multiply {where} by {scale} and undo it after the value is back "
-                        f"in range (`{tensor}` reaches {ref_max:.3g}; fp16 holds 65504, HTP saturates at 131008), "
-                        f"then diagnose the edited model; why: a power of two is exact in fp16, so only the range "
-                        f"changes.")
+                        f"in range ({sample_k}, where `{tensor}` reaches {ref_max:.3g}; size K on the largest input "
+                        f"of your range, not this sample; fp16 holds 65504, HTP saturates at 131008), then diagnose "
+                        f"the edited model; why: a power of two is exact in fp16, so only the range changes.")
     if ev.get("reduction", True):  # only a sum over many values has a mean to move to
         what = "a sum of N squares" if squaring else "a sum of N terms"
         remedies.append(f"Or move the reduction earlier: average instead of summing (ReduceMean, or divide by the "
@@ -69,12 +74,13 @@ def fp16_range_steps(r: CompareResult, ev: dict[str, Any]) -> list[NextStep]:
                     "fp16 either way (graph precision FLOAT16; the offline path sets fp16_relaxed_precision), so only "
                     "another backend holds the value.")
     steps = [step("diagnose", check, why) for why in remedies]
-    if construct:
-        steps.insert(1, step("fix_and_prove", ["fix", THIS_RESULT, "--input-range", INPUT_RANGE],
-                             "Or let the tool write that rescale and prove it: it sizes the power of two over the "
-                             "declared input range (the worst case, not only this sample), writes "
-                             "a new .fp16-rescaled.onnx file beside the model and checks fp32 equivalence, the range on "
-                             "the sample and the worst-case input, and the simulator run."))
+    if construct:  # first: the only advice sized over the whole input range, not this sample
+        steps.insert(0, step("fix_and_prove", ["fix", THIS_RESULT, "--input-range", INPUT_RANGE],
+                             f"Let the tool write the rescale and prove it: it sizes the power of two by the interval "
+                             f"bound over the declared input range (every input in it, not only this sample, which "
+                             f"alone needs 2^-{k or 'k'}), writes new .fp16-rescaled.onnx and .mnn files beside "
+                             f"yours and checks fp32 equivalence, the range on the sample and the range's corner, "
+                             f"the simulator run and the .mnn on MNN CPU."))
     steps.append(step("baseline", ["baseline", FIXED_MODEL, *input_args(r), "--out", FIXED_BASELINE],
                       "After the change, check the range before the device: the baseline of the edited model lists "
                       "the tensors that are still not fp16-safe (baseline.json `ranges`)."))

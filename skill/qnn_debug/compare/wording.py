@@ -188,8 +188,9 @@ def fp16_range_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
     shipped = shipped_words(o.shipped, o.tensor) if o.shipped else ""
     return (f"Precision, not a wrong op: the model is not fp16-safe. {where} is the first op whose reference "
             f"output leaves the fp16 range: `{o.tensor}` reaches {o.ref_max:.3g} (fp16 max 65504) while its "
-            f"inputs stay within ±{o.input_max:.3g}{inside}; {target}.{floor_words}{shipped} Rescale by "
-            f"2^-{o.rescale_exponent()} around it (see next steps).")
+            f"inputs stay within ±{o.input_max:.3g}{inside}; {target}.{floor_words}{shipped} Rescale by a power of "
+            f"two around it: this sample alone needs 2^-{o.rescale_exponent()}, other inputs of your range can need "
+            f"more, so size it over the declared input range (`qnn-debug fix` does, see next steps).")
 
 
 def unconfirmed_bug_sentence(d: Decision, found: Findings, th: Thresholds) -> str:
@@ -303,6 +304,7 @@ def _pattern_words(pattern: str, best: Trial | None) -> str:
         "bias_only": f"its output is the bias alone ({best.variant})",
         "wrong_coordinates": f"the output is reproduced with {best.variant}",
         "wrong_semantics": f"the output is reproduced with {best.variant}",
+        "fused_activation_dropped": f"the output is the value before the activation: {best.variant}",
         "permutation": f"the output is reproduced with {best.variant}",
         "rotary_layout": f"the output is reproduced by a rotary embedding with {best.variant}",
         "scale_shift": f"{best.variant}",

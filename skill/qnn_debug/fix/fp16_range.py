@@ -1,10 +1,13 @@
 """Fix for ``precision`` from the fp16 range: an exact power-of-two rescale around the scale-invariant op.
 
-Each place where the reference leaves 65504 (on the sample, or on the worst-case input of the declared input
-range) gets its own rescale, sized from interval arithmetic over the declared range with the overflow module's
-headroom, not from the one sample; then the fixed model must prove itself: fp32 outputs within 1 ulp of the
-original on the sample and the worst-case input, the baseline's range analysis clean on both, and the HTP
-simulator's verdict ``ok``.
+Each place where the reference leaves 65504 (on the sample, or on the corner input of the declared input range:
+every float input at the end of its range with the larger magnitude) gets its own rescale, sized from interval
+arithmetic over the declared range with the overflow module's headroom, not from the one sample. The corner is
+not the worst input in general (a tiled pattern can beat an all-255 image through a Conv with mixed-sign weights):
+the interval bound is what no input in the range exceeds, and it is what is reported and what sizes the rescale.
+Then the fixed model must prove itself: fp32 outputs within 1 ulp of the original on the sample and the corner
+input, the baseline's range analysis clean on both, the HTP simulator's verdict ``ok``, and the ``.mnn`` written
+beside the user's gated on MNN CPU.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from .models import RANGE_PATTERNS, FixResult, Numbers, ProofCheck, RescaleSite
 from .output import write_next_to
 from .rescale import SQUARING, find_region, is_float, rewrite_reduce_sum_square
 from .rescale import apply as apply_rescale
+from .ship_mnn import ship_mnn
 from .source import Source, numbers
 
 MAX_SITES = 16
@@ -64,16 +68,18 @@ def fix_fp16_range(source: Source, *, model: str | None, input_range: dict[str, 
     original = ensure_node_names(load_onnx(model_path))
     sample = npz_safe.load_npz(source.baseline / INPUTS_FILE)
     ranges, range_source = _input_ranges(original, sample, input_range)
-    worst = _worst_case(original, sample, ranges)
+    worst = _corner(original, sample, ranges)
+    corner = _corner_words(ranges)
     outputs = [o.name for o in graph_outputs(original)]
     before = numbers(res, outputs, report=str(source.path))
 
     with progress.stage("fix: rescale", total=None, message="fix: sizing the rescale over the input range"):
-        fixed, sites = _rescale(original, sample, worst, ranges)
+        fixed, sites = _rescale(original, sample, worst, ranges, corner)
     if not sites:
         return FixResult(kind="none", verdict=verdict, before=before, input_range=ranges, input_range_source=range_source,
                          summary="Nothing in the ONNX reference leaves the fp16 range on the sample or on the "
-                         "worst-case input, so there is nothing to rescale; the failure is elsewhere.")
+                         f"corner input ({corner or 'no float input'}), so there is nothing to rescale; the failure "
+                         "is elsewhere.")
     rescaled = onnx.ModelProto()
     rescaled.CopyFrom(fixed)
     rewritten = rewrite_reduce_sum_square(fixed)
@@ -81,24 +87,29 @@ def fix_fp16_range(source: Source, *, model: str | None, input_range: dict[str, 
     artefact = write_next_to(model_path, SUFFIX, fixed.SerializeToString())
 
     fs.make_dirs(out, what="fix output directory")
-    worst_path = save_npz(out / "worst_case_inputs.npz", worst) if ranges else None
-    feeds = {"sample": sample, **({"worst case": worst} if ranges else {})}
+    worst_path = save_npz(out / "corner_inputs.npz", worst) if ranges else None
+    feeds = {"sample": sample, **({f"corner ({corner})": worst} if ranges else {})}
     proof = [fp32_check(original, rescaled, feeds)]
     if rewritten:  # a different summation order, not an exact rewrite: held to float32 re-association
         proof.append(_rewrite_check(rescaled, fixed, feeds))
     with progress.stage("fix: prove", total=None, message="fix: re-running the fixed model on the simulator"):
         after, checks = _simulate(artefact, source.baseline / INPUTS_FILE, worst_path, out, outputs, before.tensor,
-                                  soc_model, timeout, force, progress)
+                                  soc_model, timeout, force, progress, corner)
     proof += checks
+    shipped, ship_check = ship_mnn(artefact, source=source, onnx_model=model_path, suffix=SUFFIX,
+                                   inputs=source.baseline / INPUTS_FILE, out=out, timeout=timeout, force=force,
+                                   progress=progress)
+    proof.append(ship_check)
     proven = all(c.passed for c in proof)
+    failed = [c.name for c in proof if not c.passed]
     note = f" (ReduceSumSquare rewritten as ReduceSum(Mul(x, x)): {', '.join(rewritten)})" if rewritten else ""
     where = "; ".join(f"{s.source} x 2^-{s.exponent} ({s.place}) for {s.overflow_tensor}" for s in sites)
-    summary = (f"{'Proven' if proven else 'NOT proven'}: {len(sites)} exact power-of-two rescale(s): {where}{note}. "
+    summary = (f"{'Proven' if proven else 'NOT proven (failed: ' + '; '.join(failed) + ')'}: {len(sites)} exact power-of-two rescale(s): {where}{note}. "
                f"Before: {_numbers(before)}; after: {_numbers(after)}.")
     steps = _next_steps(artefact, source.baseline / INPUTS_FILE)
     return FixResult(kind="fp16_rescale", verdict=verdict, summary=summary, artefact=str(artefact), proven=proven,
                      proof=proof, before=before, after=after, sites=sites, input_range=ranges,
-                     input_range_source=range_source, out=str(out), next_steps=steps,
+                     input_range_source=range_source, out=str(out), next_steps=steps, mnn=shipped,
                      not_proven=[] if proven else [c.detail for c in proof if not c.passed])
 
 
@@ -132,9 +143,14 @@ def _input_ranges(model: onnx.ModelProto, sample: dict[str, np.ndarray],
     return out, "declared" if declared else "sample"
 
 
-def _worst_case(model: onnx.ModelProto, sample: dict[str, np.ndarray],
-                ranges: dict[str, list[float]]) -> dict[str, np.ndarray]:
-    """Each float input at the end of its range with the larger magnitude (every pixel at 255); others as sampled."""
+def _corner_words(ranges: dict[str, list[float]]) -> str:
+    return ", ".join(f"{n} = {hi if abs(hi) >= abs(lo) else lo:g} everywhere" for n, (lo, hi) in ranges.items())
+
+
+def _corner(model: onnx.ModelProto, sample: dict[str, np.ndarray],
+            ranges: dict[str, list[float]]) -> dict[str, np.ndarray]:
+    """Each float input at the end of its range with the larger magnitude (every pixel at 255); others as sampled.
+    A corner of the range, not its worst input: the interval bound covers every input."""
     out = dict(sample)
     for name, (lo, hi) in ranges.items():
         if name in sample:
@@ -190,7 +206,7 @@ def _source(model: onnx.ModelProto, op_name: str) -> str:
 
 
 def _rescale(model: onnx.ModelProto, sample: dict[str, np.ndarray], worst: dict[str, np.ndarray],
-             ranges: dict[str, list[float]]) -> tuple[onnx.ModelProto, list[RescaleSite]]:
+             ranges: dict[str, list[float]], corner: str) -> tuple[onnx.ModelProto, list[RescaleSite]]:
     current = model
     sites: list[RescaleSite] = []
     intervals: dict[str, Interval] = {k: (v[0], v[1]) for k, v in ranges.items()}
@@ -219,7 +235,8 @@ def _rescale(model: onnx.ModelProto, sample: dict[str, np.ndarray], worst: dict[
         current, place, changed = apply_rescale(current, region, k)
         sites.append(RescaleSite(
             overflow_op=op_name, overflow_tensor=tensor, source=src, exponent=k, place=place, region=region.nodes,
-            constants=changed, bound_source=used, sized_by=by, worst_case_max=_g(bound),
+            constants=changed, bound_source=used, sized_by=by, worst_case_max=_g(bound), interval_bound=_g(bound),
+            corner_max=_g(worst_max.get(by)) if ranges else None, corner=corner or None,
             sample_max=_g(sample_max.get(by)),
             after_max=_g((bound if bound is not None else maxima.get(by, math.nan)) * 2.0 ** (-k * d))))
     raise BadInputError(f"more than {MAX_SITES} places leave the fp16 range", hint="keep the model's float parts on CPU")
@@ -289,7 +306,8 @@ def _ulps(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _simulate(artefact: Path, sample: Path, worst: Path | None, out: Path, outputs: list[str], tensor: str | None,
-              soc_model: int, timeout: float, force: bool, progress: Progress) -> tuple[Any, list[ProofCheck]]:
+              soc_model: int, timeout: float, force: bool, progress: Progress,
+              corner: str = "") -> tuple[Any, list[ProofCheck]]:
     from ..baseline import load_baseline, run_baseline
     from ..diagnose import diagnose
     from .source import numbers as nums
@@ -300,13 +318,13 @@ def _simulate(artefact: Path, sample: Path, worst: Path | None, out: Path, outpu
     ranges = load_baseline(diag.baseline).report.ranges
     checks.append(_range_check("sample", ranges))
     if worst is None:
-        checks.append(ProofCheck(name="fp16 range clean (worst case)", passed=True,
+        checks.append(ProofCheck(name="fp16 range clean (corner input)", passed=True,
                                  detail="the model has no float input to bound: its inputs are the sample's, so the "
-                                 "worst case is the sample above"))
+                                 "corner is the sample above"))
     else:
-        worst_base = run_baseline(artefact, out / "worst-case", inputs=worst, force=force, mnn_gate=False,
+        worst_base = run_baseline(artefact, out / "corner", inputs=worst, force=force, mnn_gate=False,
                                   progress=progress)
-        checks.append(_range_check("worst case", worst_base.report.ranges))
+        checks.append(_range_check(f"corner input: {corner}" if corner else "corner input", worst_base.report.ranges))
     after = None
     if diag.compare is None:
         checks.append(ProofCheck(name="HTP simulator: the fp16-range finding is gone", passed=False,

@@ -46,9 +46,26 @@ class RescaleSite(BaseModel):
     constants: list[str] = Field(default_factory=list)  # constants rescaled with it (eps, biases)
     bound_source: Literal["interval", "sample"]  # what sized the exponent
     sized_by: str | None = None  # the region's tensor whose bound set the exponent
-    worst_case_max: float | None = None  # ``sized_by``'s bound over the declared input range (before the fix)
+    # ``sized_by``'s interval bound over the declared input range (before the fix): no input inside the range makes
+    # it larger (kept under its first name, ``worst_case_max``, for readers of the JSON; ``interval_bound`` too)
+    worst_case_max: float | None = None
+    interval_bound: float | None = None
+    corner_max: float | None = None  # ``sized_by`` on the corner input (every float input at its range's far end)
+    corner: str | None = None  # that corner in words ("x = 255 everywhere")
     sample_max: float | None = None  # ``sized_by``'s largest value on the sample (before the fix)
     after_max: float | None = None  # ``sized_by``'s bound after the fix
+
+
+class ShippedMnn(BaseModel):
+    """The fixed ``.mnn`` written beside the user's (what they ship), how it was converted and gated."""
+
+    path: str | None = None  # None: the gate failed, nothing was written
+    beside: str | None = None  # the user's .mnn it sits beside (None: none known; it went beside the ONNX model)
+    converter_flags: list[str] = Field(default_factory=list)
+    origin: str = ""  # where the flags came from, in words
+    not_from_file: str = ""  # the flags a .mnn does not record (defaults used)
+    gate: str = ""
+    gate_passed: bool = False
 
 
 class FixResult(BaseModel):
@@ -58,9 +75,11 @@ class FixResult(BaseModel):
     verdict: str  # the verdict that was fixed (kind, pattern)
     summary: str
     artefact: str | None = None  # the fixed file, written next to the user's (never overwriting)
+    mnn: ShippedMnn | None = None  # the fixed .mnn beside the user's .mnn (onnx fixes)
     proven: bool = False
     proof: list[ProofCheck] = Field(default_factory=list)
     not_proven: list[str] = Field(default_factory=list)  # what this machine cannot prove, plainly
+    left: list[str] = Field(default_factory=list)  # proven for what the fix was for, but still short (with numbers)
     before: Numbers | None = None
     after: Numbers | None = None
     sites: list[RescaleSite] = Field(default_factory=list)

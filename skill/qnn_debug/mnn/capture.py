@@ -169,7 +169,7 @@ def capture(request: DumpRequest, executor: Executor, opts: CaptureOptions, prog
         mb = run_module_basic(executor, model=run_model, companions=companions, testdir=testdir, local_dir=scratch / "result",
                               forward=p.forward, precision=p.precision, loops=opts.loops, threads=opts.threads,
                               timeout=request.timeout, keep=opts.keep, progress=progress)
-        require_success(mb)
+        require_success(mb, out=request.out)
         if mb.report.status == "failed":
             notes.append(f"ModuleBasic: {mb.report.reason}")
         if p.mode == "offline" and mb.dump_dir is None:

@@ -71,7 +71,7 @@ def online_dump(request: DumpRequest, build: MnnBuild, *, env: dict[str, str], t
         with progress.stage("host: MNN QNN", total=None, message="host: one forward pass on MNN's QNN backend"):
             result, values = run_runner(exe, mnn_path, arrays, source.output_names, work / "run", env=env,
                                         timeout=request.timeout)
-        _check(result, model_path)
+        _check(result, model_path, request.out)
         assert result.dump_dir is not None
         details = {**extra, "mode": "online", "forward_type": 5, "mnn_precision": 2, "runner": "qnn-debug-mnn-runner",
                    "command": [Path(result.command[0]).name, *result.command[1:2]],
@@ -104,14 +104,24 @@ def _inputs(request: DumpRequest, source: MnnModel, testdir: Path | None
     return prepared.arrays, prepared.info, list(prepared.warnings)
 
 
-def _check(result: RunnerOutput, model: Path) -> None:
-    """MNN's own words for a run that did not give a dump: a refused op, a failed load or forward, a crash."""
+def _check(result: RunnerOutput, model: Path, out: Path | None = None) -> None:
+    """MNN's own words for a run that did not give a dump: a refused op, a failed load or forward, a crash. The
+    full log of a failed run is kept at ``<out>/logs/mnn_runner.log`` and the message names it."""
+    from ..runstore import keep_failed_log
+
     facts = read_tool_output(result.log)
     tail = "\n".join(result.log.strip().splitlines()[-20:])
-    details = {"log_tail": tail, "returncode": result.returncode}
+    details: dict[str, Any] = {"log_tail": tail, "returncode": result.returncode}
+    failed = (refusal_message(facts, "MNN (host, online)") or result.returncode != 0 or result.dump_dir is None
+              or not any(result.dump_dir.glob("manifest_*.tsv")))
+    kept = (keep_failed_log(out, RUNNER_LOG, result.log, message="MNN's QNN backend on the host failed",
+                            command=result.command) if failed and out is not None else None)
+    if kept is not None:
+        details["log"] = str(kept)
+    at = f" (MNN's log: {kept})" if kept else ""
     refused = refusal_message(facts, "MNN (host, online)")
     if refused:
-        raise UnsupportedOnTargetError(f"{refused}; {model.name} cannot run whole on QNN",
+        raise UnsupportedOnTargetError(f"{refused}; {model.name} cannot run whole on QNN{at}",
                                        hint=refusal_hint(facts),
                                        details={**details, "refusals": [r.model_dump() for r in facts.refusals]})
     if result.returncode != 0:
@@ -120,12 +130,12 @@ def _check(result: RunnerOutput, model: Path) -> None:
         if result.returncode < 0:
             what = f"the runner crashed (signal {-result.returncode})"
         raise TargetError(f"MNN's QNN backend on the host failed: {what or f'exit status {result.returncode}'}"
-                          + (f"; {facts.resize_failed}" if facts.resize_failed else ""),
-                          hint="read MNN's last lines in details.log_tail; `qnn-debug triage` on that text explains "
-                               "QNN error codes",
+                          + (f"; {facts.resize_failed}" if facts.resize_failed else "") + at,
+                          hint=f"read {'the log at ' + str(kept) if kept else 'details.log_tail'}; `qnn-debug triage` "
+                               "on that text explains QNN error codes",
                           details=details)
     if result.dump_dir is None or not any(result.dump_dir.glob("manifest_*.tsv")):
-        raise TargetError("MNN's QNN backend ran but wrote no intermediate dump (no manifest_*.tsv)",
+        raise TargetError(f"MNN's QNN backend ran but wrote no intermediate dump (no manifest_*.tsv){at}",
                           hint="the build's QNN backend may predate MNN_QNN_DUMP_INTERMEDIATE_OUTPUTS: rebuild it from "
                                "the MNN sources whose headers define it",
                           details=details)

@@ -153,15 +153,23 @@ def _read_outputs(output_dir: Path, report: ModuleBasicReport) -> dict[str, np.n
     return out
 
 
-def require_success(run: ModuleBasicRun) -> None:
-    """Crashes and load/forward errors stop a dump; numeric failures do not (they are what we debug)."""
+def require_success(run: ModuleBasicRun, out: Path | None = None) -> None:
+    """Crashes and load/forward errors stop a dump; numeric failures do not (they are what we debug). The full
+    log of a failed run is kept at ``<out>/logs/modulebasic.log`` and the error names that file."""
+    from ..runstore import keep_failed_log
+
     r = run.report
     if r.status in ("crashed", "error"):
         tail = "\n".join(run.log.strip().splitlines()[-15:])
         cause, hint = mnn_cause(run.log)
-        raise TargetError(f"ModuleBasic failed on the {run.target_kind}: {r.reason}" + (f"; {cause}" if cause else ""),
-                          hint=hint or "see the log in details; `qnn-debug triage` explains QNN error codes",
-                          details={"log_tail": tail, "command": run.command})
+        message = f"ModuleBasic failed on the {run.target_kind}: {r.reason}" + (f"; {cause}" if cause else "")
+        kept = keep_failed_log(out, "modulebasic.log", run.log, message=message, command=run.command) if out else None
+        where = f"ModuleBasic's log: {kept}" if kept else "ModuleBasic's last lines: details.log_tail"
+        raise TargetError(f"{message} ({where})",
+                          hint=(hint + f"; the whole log is at {kept}" if hint and kept else hint) or
+                          f"read {'the log at ' + str(kept) if kept else 'details.log_tail'}; `qnn-debug triage` on it "
+                          "explains QNN error codes",
+                          details={"log_tail": tail, "command": run.command, **({"log": str(kept)} if kept else {})})
 
 
 def mnn_cause(log: str) -> tuple[str | None, str | None]:

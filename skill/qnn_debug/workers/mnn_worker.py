@@ -23,13 +23,14 @@ from ..progress import Progress
 from ..runstore import Equivalence, RunRecord, RunWriter, TensorKind
 
 
-def convert(src: Path, dst: Path) -> None:
+def convert(src: Path, dst: Path, biz_code: str = "MNN", extra: list[str] | None = None) -> None:
     """ONNX → MNN with MNN's converter extension (never the ``mnnconvert`` script: it pip-installs)."""
     import _tools
 
     dst.parent.mkdir(parents=True, exist_ok=True)
     dst.unlink(missing_ok=True)
-    ok = _tools.mnnconvert(["mnnconvert", "-f", "ONNX", "--modelFile", str(src), "--MNNModel", str(dst), "--bizCode", "MNN"])
+    ok = _tools.mnnconvert(["mnnconvert", "-f", "ONNX", "--modelFile", str(src), "--MNNModel", str(dst), "--bizCode", biz_code,
+                            *(extra or [])])
     if not ok or not dst.exists() or dst.stat().st_size == 0:
         raise TargetError(f"MNN's converter could not convert {src.name}",
                           hint="see the worker log for the converter's messages; the model may use ops MNN does not support")

@@ -83,7 +83,9 @@ class Bug(_OnOps):
     _decide, _sentence = v.bug, w.bug_sentence
 
     def next_steps(self, r: CompareResult) -> list[NextStep] | None:
-        return st.real_bug_steps(r) if r.verdict.kind == "real_bug" else None
+        from ..fused_steps import dropped_activation_steps
+
+        return dropped_activation_steps(r, st.real_bug_steps(r)) if r.verdict.kind == "real_bug" else None
 
 
 class UnconfirmedBug(Bug):
