@@ -9,7 +9,7 @@ folder on ``PYTHONPATH`` (0.0.5 does not import as a package) and a no-op ``pip`
 converter otherwise pip-installs a logging SDK and sends usage logs).
 
 Folders are cached in ``.cache/real-exports/<key>/`` where the key hashes the exporter's pinned requirements,
-the installed versions, the builder script and the export flags: a change rebuilds, older keys are removed.
+the installed versions, the builder script and this file: a change rebuilds, older keys are removed.
 Builds hold a file lock per model, so pytest-xdist workers share them. A failed build raises
 :class:`RealExportError` with the tail of the exporter's log. Exports (``export=``):
 
@@ -87,6 +87,7 @@ def cache_key() -> str:
     h = hashlib.sha256()
     h.update(REQUIREMENTS.read_bytes())
     h.update(BUILDER.read_bytes())
+    h.update(Path(__file__).read_bytes())
     h.update(_exporter()[1].encode())
     h.update(json.dumps(EXPORT_ARGS, sort_keys=True).encode())
     return h.hexdigest()[:16]
@@ -146,12 +147,19 @@ def _prune(key: str) -> None:
             shutil.rmtree(old, ignore_errors=True)
 
 
+def folder_name(kind: Kind, model: str) -> str:
+    """The cache folder of a toy model: its path names the family as generate_llm_qnn.py guesses it
+    ('Qwen' and 'VL' for Qwen-VL, neither 'VL' nor 'Qwen3.5' for a text model), so llm-check's
+    family_from_folder_name stays quiet on the clean exports."""
+    return f"Qwen3-VL-toy-{model}" if kind == "qwen3_vl" else f"Qwen3-toy-{model}"
+
+
 def hf_folder(kind: Kind, model: str) -> Path:
     """The random-weight Hugging Face folder of a toy model (config.json, model.safetensors, tokenizer)."""
     if kind not in KINDS or model not in MODELS:
         raise RealExportError(f"no toy model {kind!r}/{model!r}: kinds {KINDS}, models {MODELS}")
     key = cache_key()
-    root = CACHE / key / f"{kind}-{model}"
+    root = CACHE / key / folder_name(kind, model)
     hf = root / "hf"
     with _locked(CACHE / f"{key}.{kind}-{model}.lock"):
         if not (root / ".hf.done").exists():

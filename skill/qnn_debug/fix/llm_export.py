@@ -20,6 +20,8 @@ from ..errors import BadInputError
 from ..mnn.soc import arch_for
 from ..next_step import NextStep
 from ..progress import Progress
+from .llm_family import FINDING as FAMILY_FINDING
+from .llm_family import rename_fix
 from .models import FixResult, ProofCheck
 
 GRAPH_FINDING = "quant_on_integer_tensor"
@@ -77,6 +79,8 @@ def fix_llm_export(path: str, *, out: Path, soc_model: int, timeout: float, prog
     other_graphs = sorted({f.graph for f in before.findings if f.id == GRAPH_FINDING and f.graph not in (None, MODEL_FILE)})
     base: dict[str, Any] = dict(kind="llm_export", verdict="llm-check: " + (", ".join(ids) or "no error findings"),
                                 out=str(out), commands=lines, next_steps=steps, findings_before=ids_before)
+    if not in_llm and FAMILY_FINDING in ids:
+        return _family_fix(folder, export_dir, soc_model, base, why)
     if not in_llm:
         return FixResult(**base, summary=f"No finding in llm.mnn itself to edit; re-export and regenerate with the "
                          f"commands below ({why}).", not_proven=["a re-export changes the model: run the commands, "
@@ -113,6 +117,23 @@ def fix_llm_export(path: str, *, out: Path, soc_model: int, timeout: float, prog
                      findings_after=after_ids,
                      not_proven=["the edited model's text on CPU and on the phone (llm-text; generate_llm_qnn.py then "
                                  "llm_demo): the edit only drops encodings, it is not run here"])
+
+
+def _family_fix(folder: Any, export_dir: str, soc_model: int, base: dict[str, Any], why: str) -> FixResult:
+    """The folder's name misleads generate_llm_qnn.py: the rename, proven on a staged copy, then the script on it."""
+    model_type = str((folder.llm_config or {}).get("model_type") or "")
+    target, moves, check, after_ids = rename_fix(export_dir, model_type)
+    arch = arch_for(soc_model)
+    gen = (f"python3 generate_llm_qnn.py --model {shlex.quote(target)} --soc_id {soc_model} "
+           f"--dsp_arch v{arch or '$ARCH'} --mnn_path \"$MNN_BUILD\"")
+    steps = [NextStep(tool="check_llm_export", cli=f"qnn-debug llm-check {shlex.quote(target)}",
+                      why="re-check the folder under its new name")]
+    summary = (f"{'Proven' if check.passed else 'NOT proven'}: generate_llm_qnn.py reads the model family from the "
+               f"folder path; rename the folder to {Path(target).name} (first command), then regenerate ({why}).")
+    return FixResult(**{**base, "commands": [*moves, gen], "next_steps": steps}, summary=summary,
+                     proven=check.passed, proof=[check], findings_after=after_ids,
+                     not_proven=["the folder is not moved here: run the mv yourself (a symlink does not do: the "
+                                 "check reads the resolved path)"])
 
 
 def _edit(folder: Any, out: Path, timeout: float) -> tuple[Path, list[str], list[ProofCheck]]:
