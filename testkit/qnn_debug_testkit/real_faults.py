@@ -290,3 +290,4 @@ def torch_rotary_without_neg(src: Path, dst: Path, layer: int) -> RealFault:
     onnx.save(model, str(dst))
     return RealFault(fault="torch_rotary_without_neg", folder=str(dst.parent), file=str(dst), layer=layer,
                      op=concat.name, detail=f"{neg.name} removed")
+
