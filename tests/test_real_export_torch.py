@@ -21,6 +21,7 @@ import real_exports as tier
 from qnn_debug.cli import app
 from qnn_debug_testkit import real_faults as F
 
+pytestmark = pytest.mark.real_export
 runner = CliRunner()
 
 
