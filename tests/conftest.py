@@ -59,3 +59,18 @@ def real_exports() -> Callable[[str, str, str], Path]:
             pytest.fail(f"real export {kind}/{model}/{export} failed: {exc}", pytrace=False)
 
     return get
+
+
+@pytest.fixture(scope="session")
+def torch_exports() -> Callable[[str, str, str], Path]:
+    """``torch_export(kind, model, flavour) -> .onnx``: the same toy models through ``torch.onnx.export``
+    (TorchScript, TorchScript fp16, dynamo), cached like the llmexport folders."""
+    import real_exports as tier
+
+    def get(kind: str, model: str, flavour: str) -> Path:
+        try:
+            return tier.torch_export(kind, model, flavour)  # type: ignore[arg-type]
+        except tier.RealExportError as exc:
+            pytest.fail(f"torch export {kind}/{model}/{flavour} failed: {exc}", pytrace=False)
+
+    return get

@@ -37,10 +37,14 @@ REPO = Path(__file__).resolve().parents[1]
 EXPORT_VENV = Path(os.environ.get("QNN_DEBUG_LLMEXPORT_VENV", REPO / ".venv-llmexport"))
 REQUIREMENTS = REPO / "tests" / "requirements-llmexport.txt"
 BUILDER = REPO / "tests" / "real_export_build.py"
+TORCH_BUILDER = REPO / "tests" / "torch_export_build.py"
 CACHE = Path(os.environ.get("QNN_DEBUG_REAL_EXPORT_CACHE", REPO / ".cache" / "real-exports"))
 
 Kind = Literal["qwen3", "qwen3_vl"]
 Export = Literal["onnx", "mnn", "mnn8", "mnn_npu"]
+TorchFlavour = Literal["ts", "ts_fp16", "dynamo"]
+TORCH_FLAVOURS: tuple[TorchFlavour, ...] = ("ts", "ts_fp16", "dynamo")
+TORCH_SEQ = 16
 KINDS: tuple[Kind, ...] = ("qwen3", "qwen3_vl")
 MODELS: tuple[str, ...] = ("a", "b")
 EXPORT_ARGS: dict[str, list[str]] = {
@@ -87,6 +91,7 @@ def cache_key() -> str:
     h = hashlib.sha256()
     h.update(REQUIREMENTS.read_bytes())
     h.update(BUILDER.read_bytes())
+    h.update(TORCH_BUILDER.read_bytes())
     h.update(Path(__file__).read_bytes())
     h.update(_exporter()[1].encode())
     h.update(json.dumps(EXPORT_ARGS, sort_keys=True).encode())
@@ -210,3 +215,26 @@ def toy_info(kind: Kind, model: str) -> dict[str, object]:
     """The sizes the builder used (``toy_model.json`` of the Hugging Face folder)."""
     info: dict[str, object] = json.loads((hf_folder(kind, model) / "toy_model.json").read_text(encoding="utf-8"))
     return info
+
+
+def torch_export(kind: Kind, model: str, flavour: TorchFlavour) -> Path:
+    """``torch.onnx.export`` of the same toy model (``tests/torch_export_build.py``): TorchScript, TorchScript on
+    the fp16 model, or dynamo; static ``[1, TORCH_SEQ]`` int64 ``input_ids`` / ``attention_mask``, ``logits`` out."""
+    if kind != "qwen3":
+        raise RealExportError("torch.onnx.export is wired for the text model only (qwen3)")
+    if flavour not in TORCH_FLAVOURS:
+        raise RealExportError(f"no torch export flavour {flavour!r}: one of {TORCH_FLAVOURS}")
+    hf = hf_folder(kind, model)
+    root = hf.parent
+    out = root / "torch" / f"{flavour}.onnx"
+    with _locked(CACHE / f"{cache_key()}.{kind}-{model}.lock"):
+        if (root / f".torch-{flavour}.done").exists():
+            return out
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp.onnx")
+        env = {**_base_env(), "PATH": f"{_shim_dir(CACHE)}:{os.environ.get('PATH', '')}"}
+        _run([str(_python()), str(TORCH_BUILDER), str(hf), flavour, str(tmp), str(TORCH_SEQ)],
+             root / f"torch-{flavour}.log", out.parent, env, f"torch.onnx.export ({flavour}) of {kind}/{model}")
+        tmp.rename(out)
+        (root / f".torch-{flavour}.done").touch()
+    return out

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from qnn_debug.cli import app
 from qnn_debug_testkit import real_faults as F
 
+pytestmark = pytest.mark.real_export
 runner = CliRunner()
 
 

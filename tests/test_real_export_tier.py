@@ -16,6 +16,8 @@ import pytest
 
 import real_exports as tier
 
+pytestmark = pytest.mark.real_export
+
 
 def _graph(path: Path) -> onnx.ModelProto:
     return onnx.load(str(path), load_external_data=False)

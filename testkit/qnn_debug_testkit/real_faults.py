@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 FaultName = Literal["rotary_without_neg", "mrope_chunked", "deepstack_dropped", "mask_zeroed", "massive_activation",
                     "visual_rotary_without_neg", "mnn_rotary_without_neg", "mnn_deepstack_dropped", "index_quant",
-                    "mask_dtype_config", "renamed_folder", "mnn_roundtrip"]
+                    "mask_dtype_config", "renamed_folder", "mnn_roundtrip", "torch_rotary_without_neg"]
 
 
 class RealFault(BaseModel):
@@ -274,3 +274,20 @@ def renamed_folder(src: Path, parent: Path, name: str) -> RealFault:
     """The export copied under another folder name (generate_llm_qnn.py guesses the family from the path)."""
     folder = copy_export(src, parent / name)
     return RealFault(fault="renamed_folder", folder=str(folder), file=str(folder), detail=f"renamed to {name}")
+
+
+def torch_rotary_without_neg(src: Path, dst: Path, layer: int) -> RealFault:
+    """A ``torch.onnx.export`` graph (one self-contained .onnx): layer ``layer``'s rotate-half on q without its
+    Neg. TorchScript names it ``/…/layers.N/self_attn/Neg``; dynamo's ``node_neg_*`` carry no layer, so there
+    the ``2*layer``-th Neg in graph order (q, then k, per layer) is taken."""
+    model = onnx.load(str(src))
+    negs = [n for n in model.graph.node if n.op_type == "Neg"]
+    named = [n for n in negs if f"/layers.{layer}/" in n.name]
+    neg = named[0] if named else negs[2 * layer]
+    node = _bypass(model, neg.name)
+    concat = next(n for n in model.graph.node if node.input[0] in n.input and n.op_type == "Concat")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(dst))
+    return RealFault(fault="torch_rotary_without_neg", folder=str(dst.parent), file=str(dst), layer=layer,
+                     op=concat.name, detail=f"{neg.name} removed")
+

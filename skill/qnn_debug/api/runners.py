@@ -53,6 +53,24 @@ def _target_options(request: rq.TargetRun) -> dict[str, str]:
                           adb=request.adb)
 
 
+def _prepared(model: str | Path, request: rq.Request, reference: str | Path | None = None,
+              image: str | None = None) -> tuple[str, str | None, dict[str, list[int]], str | None, list[str]]:
+    """The one preparation step every model-taking tool runs (:func:`qnn_debug.llm.onnx_export.prepare_model`): a real
+    llmexport graph gets its custom ops in standard ONNX, its prefill shapes and its runtime inputs; any other model
+    passes through. Returns (model, reference, shapes, inputs, notes)."""
+    from ..llm.onnx_export import prepare_model
+
+    shapes = dict(getattr(request, "shapes", None) or {})
+    inputs = getattr(request, "inputs", None)
+    seed = int(getattr(request, "seed", 0) or 0)
+    p = prepare_model(model, shapes=shapes, inputs=inputs, seed=seed, image=image)
+    ref = None
+    if reference is not None:
+        r = prepare_model(reference, shapes=shapes or p.shapes, inputs=inputs or p.inputs, seed=seed, image=image)
+        ref = r.model
+    return p.model, ref, p.shapes or shapes, inputs or p.inputs, p.notes
+
+
 def triage(request: rq.TriageRequest, progress: Progress) -> TriageResult:
     from .. import fs
     from ..triage import triage_log
@@ -82,7 +100,8 @@ def op_lookup(request: rq.OpLookupRequest, progress: Progress) -> OpConstraints:
 def baseline(request: rq.BaselineRequest, progress: Progress) -> BaselineResult:
     from ..baseline import run_baseline
 
-    return run_baseline(request.model, out_dir(request, request.out), inputs=request.inputs, shapes=request.shapes,
+    model, _, shapes, inputs, _notes = _prepared(request.model, request)
+    return run_baseline(model, out_dir(request, request.out), inputs=inputs, shapes=shapes or None,
                         seed=request.seed, force=request.force, progress=progress, mnn_gate=request.mnn_gate,
                         mnn_model=request.mnn_model)
 
@@ -92,17 +111,21 @@ def dump(request: rq.DumpRequest, progress: Progress) -> DumpResult:
     from ..dump import run_dump
 
     options = _target_options(request)
-    return run_dump(targets.DumpRequest(
-        model=Path(request.model), out=out_dir(request, request.out), target=request.target,
+    model, _, shapes, inputs, notes = _prepared(request.model, request)
+    result = run_dump(targets.DumpRequest(
+        model=Path(model), out=out_dir(request, request.out), target=request.target,
         precision=request.precision, soc_model=request.soc, htp_arch=request.arch,
-        inputs=Path(request.inputs) if request.inputs else None, shapes=request.shapes or {}, seed=request.seed,
+        inputs=Path(inputs) if inputs else None, shapes=shapes, seed=request.seed,
         force=request.force, timeout=request.timeout, options=options), progress)
+    result.warnings[:0] = notes
+    return result
 
 
 def compare(request: rq.CompareRequest, progress: Progress) -> CompareResult:
     from ..compare.pipeline import CompareOptions, compare_paths
+    from ..llm.onnx_export import prepared_path
 
-    return compare_paths(request.reference, request.target, model=request.model, mnn_model=request.mnn_model,
+    return compare_paths(request.reference, request.target, model=prepared_path(request.model), mnn_model=request.mnn_model,
                          execution=request.execution, report_dir=request.report_dir, json_path=request.json_path,
                          options=CompareOptions(local_checks=request.local_checks), progress=progress,
                          fp16_codes=request.fp16_codes)
@@ -119,11 +142,12 @@ def diagnose(request: rq.DiagnoseRequest, progress: Progress) -> DiagnoseResult:
     from ..diagnose import diagnose as run_diagnose
 
     options = _target_options(request)
-    return run_diagnose(request.model, out_dir(request, request.out), inputs=request.inputs, shapes=request.shapes,
+    model, reference, shapes, inputs, _notes = _prepared(request.model, request, request.reference_model)
+    return run_diagnose(model, out_dir(request, request.out), inputs=inputs, shapes=shapes or None,
                         target=request.target, precision=request.precision, soc_model=request.soc,
                         htp_arch=request.arch, seed=request.seed, force=request.force, mnn_gate=request.mnn_gate,
                         target_options=options, timeout=request.timeout, mnn_model=request.mnn_model,
-                        reference_model=request.reference_model, max_memory=_bytes(request.max_memory),
+                        reference_model=reference, max_memory=_bytes(request.max_memory),
                         progress=progress)
 
 
@@ -131,12 +155,15 @@ def bisect(request: rq.BisectRequest, progress: Progress) -> BisectResult:
     from ..localise import bisect as engine
 
     options = _target_options(request)
-    return engine.run_bisect(engine.BisectRequest(
-        model=Path(request.model), out=out_dir(request, request.out), target=request.target,
-        reference_model=request.reference_model, baseline=request.baseline, inputs=request.inputs,
-        shapes=request.shapes or {}, seed=request.seed, soc_model=request.soc, htp_arch=request.arch, options=options,
+    model, reference, shapes, inputs, notes = _prepared(request.model, request, request.reference_model)
+    result = engine.run_bisect(engine.BisectRequest(
+        model=Path(model), out=out_dir(request, request.out), target=request.target,
+        reference_model=reference, baseline=request.baseline, inputs=request.inputs if request.baseline else inputs,
+        shapes=shapes, seed=request.seed, soc_model=request.soc, htp_arch=request.arch, options=options,
         opencl=request.opencl, mnn_gate=request.mnn_gate, force=request.force, timeout=request.timeout,
         max_memory=_bytes(request.max_memory)), progress)
+    result.warnings[:0] = notes
+    return result
 
 
 def _bytes(size: str | None) -> int | None:
@@ -160,15 +187,18 @@ def localise_blocks(request: rq.LocaliseBlocksRequest, progress: Progress) -> Bl
     from ..llm.vl_folder import graph_in_folder
     from ..localise.budget import parse_size
 
-    model = graph_in_folder(Path(request.model), request.graph)
-    reference = graph_in_folder(Path(request.reference_model), request.graph) if request.reference_model else None
-    return engine.run_blocks(engine.BlockRequest(
-        model=model, out=out_dir(request, request.out), reference_model=reference,
+    found = graph_in_folder(Path(request.model), request.graph)
+    ref_found = graph_in_folder(Path(request.reference_model), request.graph) if request.reference_model else None
+    model, reference, shapes, inputs, notes = _prepared(found, request, ref_found, image=request.image)
+    result = engine.run_blocks(engine.BlockRequest(
+        model=Path(model), out=out_dir(request, request.out), reference_model=Path(reference) if reference else None,
         image=Path(request.image) if request.image else None,
-        target=request.target, inputs=request.inputs, shapes=request.shapes or {}, seed=request.seed,
+        target=request.target, inputs=inputs, shapes=shapes, seed=request.seed,
         layers_per_block=request.layers_per_block, inner=request.inner, soc_model=request.soc, htp_arch=request.arch,
         options=options, force=request.force, timeout=request.timeout,
         max_memory=parse_size(request.max_memory) if request.max_memory else None), progress)
+    result.warnings[:0] = notes
+    return result
 
 
 def llm_check(request: rq.LlmCheckRequest, progress: Progress) -> LlmCheckResult:

@@ -26,7 +26,7 @@ def fused_activation(r: CompareResult) -> tuple[str, str] | None:
 
 def dropped_activation_steps(r: CompareResult, rest: list[NextStep]) -> list[NextStep]:
     """``rest`` (the usual real-bug steps) with the fix step first when ``fix`` can write it."""
-    from .wording import THIS_RESULT
+    from .steps import THIS_RESULT
 
     ff = r.first_failing
     found = fused_activation(r)

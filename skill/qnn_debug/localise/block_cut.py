@@ -81,7 +81,8 @@ def cut_blocks(request: BlockRequest) -> BlockCut:
     reference = ensure_node_names(load_onnx(request.reference_model or request.model))
     layers = sorted(decoder_layers(reference))
     if not layers:
-        raise BadInputError("the model's node names carry no decoder layer index (/layers.N/ or /blocks.N/)",
+        raise BadInputError("the model has no decoder layers: no layer index in its node names (/layers.N/ or "
+                            "/blocks.N/) and no repeated attention between residual adds",
                             hint="block localisation needs an LLM export; use `qnn-debug bisect` for other models")
     prepared = prepare_inputs(graph_inputs(reference), inputs=request.inputs, shapes=request.shapes or None,
                               seed=request.seed)

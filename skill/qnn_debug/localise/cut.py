@@ -143,12 +143,18 @@ def layer_of(node_name: str) -> int | None:
 
 
 def decoder_layers(model: onnx.ModelProto) -> dict[int, list[int]]:
-    """Layer index → positions of its ops, for models whose node names carry the layer (LLM exports)."""
+    """Layer index → positions of its ops: from the node names where they carry the layer (LLM exports), else from
+    the graph's structure (repeated attention between residual adds: :mod:`.structure`, e.g. llmexport's
+    ``visual.onnx``)."""
     layers: dict[int, list[int]] = {}
     for node in nodes_in_order(model):
         layer = layer_of(node.name)
         if layer is not None:
             layers.setdefault(layer, []).append(node.position)
+    if not layers:
+        from .structure import structural_layers
+
+        return structural_layers(model)
     return layers
 
 
@@ -157,7 +163,8 @@ def block(model: onnx.ModelProto, first: int, last: int | None = None) -> Block:
     last = first if last is None else last
     layers = decoder_layers(model)
     if not layers:
-        raise BadInputError("the model's node names carry no decoder layer index (/layers.N/ or /blocks.N/)",
+        raise BadInputError("the model has no decoder layers: no layer index in its node names (/layers.N/ or "
+                            "/blocks.N/) and no repeated attention between residual adds",
                             hint="block localisation needs an LLM export; use `qnn-debug bisect` for other models")
     if first not in layers or last not in layers or last < first:
         raise BadInputError(f"the model has no layers {first}..{last}",

@@ -74,7 +74,8 @@ def cut_streamed(request: Any, progress: Progress) -> StreamedCut:
     reference = open_lazy(request.reference_model or request.model) if request.reference_model else target
     layers = sorted(decoder_layers(reference.model))
     if not layers:
-        raise BadInputError("the model's node names carry no decoder layer index (/layers.N/ or /blocks.N/)",
+        raise BadInputError("the model has no decoder layers: no layer index in its node names (/layers.N/ or "
+                            "/blocks.N/) and no repeated attention between residual adds",
                             hint="block localisation needs an LLM export; use `qnn-debug bisect` for other models")
     feeds, notes = vl_or_prepared(reference.model, request)
     spans = [(layers[i], layers[min(i + request.layers_per_block, len(layers)) - 1])
