@@ -9,7 +9,6 @@ integer-tensor encodings, each proven.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -107,16 +106,17 @@ def test_llm_text_with_an_image_puts_a_dropped_deepstack_on_the_image_path(real_
     assert doc["text_only"]["verdict"] == "match" and doc["image_path"] == "image_path", doc
 
 
-def test_fix_renames_a_misleading_vl_folder_and_proves_it(real_exports, tmp_path: Path) -> None:
+def test_fix_links_a_misleading_vl_folder_under_a_family_name_and_proves_it(real_exports, tmp_path: Path) -> None:
     folder = Path(F.renamed_folder(real_exports("qwen3_vl", "b", "mnn"), tmp_path, "toy-vision-export").folder)
     doc = _cli("fix", str(folder), "--out", str(tmp_path / "fix"))
     assert doc["proven"], doc
-    assert doc["commands"][0].endswith("/Qwen3-VL-toy-vision-export") and doc["commands"][0].startswith("mv ")
     assert "family_from_folder_name" in doc["findings_before"]
     assert "family_from_folder_name" not in doc["findings_after"] and "vl_io_config_mismatch" not in doc["findings_after"]
-    assert folder.is_dir()  # the user's folder is not moved
-    shutil.move(str(folder), str(tmp_path / "Qwen3-VL-toy-vision-export"))
-    assert _ids(_cli("llm-check", str(tmp_path / "Qwen3-VL-toy-vision-export")), "error") == []
+    link = Path(doc["artefact"])
+    assert link.is_symlink() and link.name.startswith("Qwen3-VL-") and link.resolve() == folder.resolve(), doc
+    assert any(f"--model {link}" in c for c in doc["commands"]), doc["commands"]
+    assert folder.is_dir() and not folder.is_symlink()  # the user's folder is neither moved nor replaced
+    assert _ids(_cli("llm-check", str(link)), "error") == []
 
 
 @pytest.mark.parametrize("kind", ["qwen3", "qwen3_vl"])

@@ -61,10 +61,6 @@ def test_localise_blocks_names_the_layer_and_op_of_a_broken_rotary_in_a_torchscr
     assert bug.op.endswith(f"/layers.{layer}/self_attn/Concat")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "product: diagnose blames the causal mask's finfo(float32).min fill (/model/model/Where_1, fp16_range) and calls the "
-    "rotary Concat's error inherited; a mask fill at the fp16 rail must not be an fp16-range verdict "
-    "(localise-blocks already gets this right)"))
 def test_diagnose_names_the_broken_rotary_not_the_mask_fill(torch_exports, tmp_path: Path) -> None:
     clean = torch_exports("qwen3", "a", "ts")
     bug = F.torch_rotary_without_neg(clean, tmp_path / "bug.onnx", 1)
