@@ -159,7 +159,8 @@ def localise_blocks(request: rq.LocaliseBlocksRequest, progress: Progress) -> Bl
         target=request.target, inputs=request.inputs, shapes=request.shapes or {}, seed=request.seed,
         layers_per_block=request.layers_per_block, inner=request.inner, soc_model=request.soc, htp_arch=request.arch,
         options=options, force=request.force, timeout=request.timeout,
-        max_memory=parse_size(request.max_memory) if request.max_memory else None), progress)
+        max_memory=parse_size(request.max_memory) if request.max_memory else None, workers=request.workers,
+        cluster=request.cluster), progress)
 
 
 def llm_check(request: rq.LlmCheckRequest, progress: Progress) -> LlmCheckResult:
