@@ -97,7 +97,7 @@ def test_a_job_no_node_can_hold_is_refused_not_left_waiting(tmp_path: Path) -> N
     from qnn_debug.errors import MemoryBudgetError
 
     ex = RayExecutor(cluster=None, budget=BUDGET, workers=2, timeout=120)
-    with pytest.raises(MemoryBudgetError, match="job 0 needs about 3.0 GiB"):
+    with pytest.raises(MemoryBudgetError, match=r"job 0 needs about 3\.0 GiB"):
         ex.run(_timed_jobs(1, 3 * GIB), progress=Progress(), stage="too big")
 
 

@@ -68,8 +68,25 @@ def connect(cluster: str | None, workers: int, budget: int) -> Any:
         raise TargetError(f"could not connect to {where}: {e}",
                           hint="check the address (`ray status` on the head prints it) and that the head is up"
                                if cluster else "run with --workers 1 to run the jobs one after another") from None
+    _quiet_stdout()
     _STATE.update(key=key, started_s=round(time.monotonic() - t0, 3))
     return ray
+
+
+def _quiet_stdout() -> None:
+    """Ray's driver prints the cluster's error notes (a worker died, a task is retried) to stdout from a thread of
+    its own; our stdout carries ``--json`` answers and the MCP stream, so those notes go to stderr instead."""
+    from ray._private import worker as ray_worker
+
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "_qnn_debug", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr._qnn_debug = True  # type: ignore[attr-defined]
+    ray_worker.print_to_stdstream = to_stderr
 
 
 def started_s() -> float | None:
