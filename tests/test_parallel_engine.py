@@ -149,3 +149,41 @@ def test_cancelling_the_run_stops_every_job(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             process.kill_sync(proc)
+
+
+def test_a_rerun_resumes_from_the_kept_jobs_and_never_from_stale_ones(tmp_path: Path) -> None:
+    d = build_sized_decoder(tmp_path / "m", NARROW, seq=16, faults={"rotary": GraphFaults(wrong_rotary_layer=1)})
+    out = tmp_path / "out"
+    req = {"reference_model": Path(d.clean), "inputs": Path(d.inputs), "out": out, "workers": 1, "force": True}
+    first = run_blocks(BlockRequest(model=Path(d.faulty["rotary"]), **req))
+    kept = {p.name: p.stat().st_mtime_ns for p in (out / "jobs").glob("*.json")}
+    assert len(kept) == first.timings["block_groups"] + 1  # every group and the bad block's ops
+    again = run_blocks(BlockRequest(model=Path(d.faulty["rotary"]), **req))
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "jobs").glob("*.json")} == kept  # none run again
+    assert _verdicts(again) == _verdicts(first) and again.first_failing == first.first_failing
+    clean = run_blocks(BlockRequest(model=Path(d.clean), **req))  # another model: nothing of the old run is reused
+    assert clean.first_failing_block is None and not any(b.bad for b in clean.blocks)
+
+
+@pytest.mark.parametrize(("fault", "graph"), [("vision_rotary_swapped", "visual"), ("deepstack_dropped", "llm")])
+def test_parallel_gives_the_serial_answer_on_vl_export_graphs(tmp_path: Path, fault: str, graph: str) -> None:
+    """Another builder's graphs: a Qwen3-VL export folder (vision encoder; M-RoPE decoder with deepstack adds)."""
+    from typer.testing import CliRunner
+
+    from qnn_debug.cli import app
+    from qnn_debug_testkit.vl import VLExportRequest, build_vl_export
+
+    clean = build_vl_export(tmp_path / "clean", VLExportRequest(mnn=False)).dir
+    bug = build_vl_export(tmp_path / "bug", VLExportRequest(mnn=False, fault=fault)).dir
+    docs = []
+    for workers in ("1", "2"):
+        res = CliRunner().invoke(app, ["localise-blocks", str(bug), "--reference-model", str(clean), "--graph", graph,
+                                       "--inner", "none", "--workers", workers, "--max-memory", "2G", "--out",
+                                       str(tmp_path / f"w{workers}"), "--json"])
+        assert res.exit_code == 0, res.output
+        docs.append(json.loads(res.stdout))
+    serial, parallel = docs
+    assert parallel["timings"]["workers"] == 2 and parallel["timings"]["block_groups"] > serial["timings"]["block_groups"]
+    assert [(b["bad"], b["label"], b["first"]) for b in parallel["blocks"]] == \
+        [(b["bad"], b["label"], b["first"]) for b in serial["blocks"]]
+    assert parallel["first_failing"] == serial["first_failing"] and serial["first_failing"] is not None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -22,7 +23,7 @@ from ..compare.thresholds import Thresholds
 from ..parallel import Executor, Job, ParallelOptions, choose_executor
 from ..progress import Progress
 from .budget import PROCESS_BASE, block_cost, default_budget, plan_groups
-from .streamed import StreamedCut, _alone_outside, _weights_of, save_values
+from .streamed import StreamedCut, _alone_outside, _weights_of, cut_streamed, save_values
 
 FN = "qnn_debug.localise.block_jobs"
 
@@ -58,6 +59,16 @@ def balanced(costs: list[int], groups: int) -> list[list[int]]:
     return out
 
 
+def _consecutive(indices: list[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for i in indices:
+        if out and out[-1][-1] + 1 == i:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
 def plan(cut: StreamedCut, budget: int, slots: int) -> tuple[list[list[int]], list[int]]:
     """Groups of sent segments (indices into ``cut.sent``) and each group's memory: within ``budget`` for one
     process when serial; with several slots, each group within its share of the node's budget, and at least two
@@ -71,8 +82,14 @@ def plan(cut: StreamedCut, budget: int, slots: int) -> tuple[list[list[int]], li
     if slots > 1 and costs:
         share = max(budget // slots, PROCESS_BASE + max(costs))
         groups = plan_groups(costs, share, names)
-        if len(groups) < 2 * slots:
-            groups = balanced(costs, 2 * slots)
+        layers = [i for i in range(len(costs)) if not outside[i]]
+        if len(groups) < 2 * slots and layers:
+            # the layers alone in equal runs (the ops outside them stand alone anyway, and their cost in memory
+            # says little about their time: the head's is large, its session short)
+            runs = [[layers[j] for j in g] for g in balanced([costs[i] for i in layers], 2 * slots)]
+            if all(sum(costs[i] for i in g) <= share - PROCESS_BASE for g in runs):
+                pieces = [part for g in runs for part in _consecutive(g)]  # never across ops outside the layers
+                groups = sorted(pieces + [[i] for i in range(len(costs)) if outside[i]])
     groups = _alone_outside(groups, outside)
     return groups, [PROCESS_BASE + sum(costs[i] for i in g) for g in groups]
 
@@ -83,7 +100,11 @@ def jobs_for(cut: StreamedCut, work: Path, groups: list[list[int]], memory: list
     ops_job = save_values(cut, work)
     digest = values_digest(cut)
     sent = cut.sent
-    common = {**ops_job, "session": session, "thresholds": th.model_dump(mode="json"), "digest": digest}
+    from ..versions import library_versions
+
+    # the simulator's and the tool's versions too: a result kept for resume is never one of another simulator
+    common = {**ops_job, "session": session, "thresholds": th.model_dump(mode="json"), "digest": digest,
+              "versions": library_versions()}
     jobs = []
     for g, members in enumerate(groups):
         ks = [sent[m] for m in members]
@@ -133,6 +154,25 @@ def run(cut: StreamedCut, work: Path, request: Any, session: dict[str, Any], th:
 
         timings["engine_start_s"] = started_s() or 0.0
     return answer, timings
+
+
+def simulate(request: Any, work: Path, progress: Progress, th: Thresholds,
+             tgt: Any) -> tuple[StreamedCut, dict[str, Any], dict[str, float]]:
+    """Reference, stages and the target's block session(s); returns the cut, the worker's answer and the timings."""
+    from ..targets.base import ProbeSetup
+
+    cut = cut_streamed(request, progress)
+    timings = dict(cut.timings)
+    session = tgt.session_options(ProbeSetup(work=work, soc_model=request.soc_model, htp_arch=request.htp_arch,
+                                             options=request.options, timeout=request.timeout, progress=progress))
+    t0 = time.monotonic()
+    response, job_timings = run(cut, work, request, session, th, progress)  # serial, on every core, or a cluster
+    timings.update(job_timings)
+    timings["htp_sim_s"] = round(time.monotonic() - t0 - job_timings["prepare_s"], 3)
+    timings.update({f"htp_sim_{k}": v for k, v in response.items() if k.endswith("_s")})
+    notes = [*response.get("lowered", []), *(response.get("ops_stage") or {}).get("lowered", [])]
+    response["lowered"] = list(dict.fromkeys(re.sub(r"@p\d+", "", n) for n in notes))  # one note per model node
+    return cut, response, timings
 
 
 # ---- worker side: called in the worker process by name (qnn_debug.parallel.runner.run_job) ----

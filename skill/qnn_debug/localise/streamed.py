@@ -14,7 +14,6 @@ its boundary values when it is searched op by op.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +22,6 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..compare.thresholds import Thresholds
 from ..errors import BadInputError
 from ..progress import Progress, eta
 from .bisect import RangeFinding, first_out_of_range
@@ -363,24 +361,3 @@ def save_block(cut: StreamedCut, work: Path, stem: str, k: int) -> None:
         del model
     save_npz(work / f"{stem}_inputs.npz", {n: np.asarray(cut.values[n]) for n in both})
     save_npz(work / f"{stem}_reference_inputs.npz", {n: np.asarray(cut.values[n]) for n in both})
-
-
-def simulate(request: Any, work: Path, progress: Progress, th: Thresholds,
-             tgt: Any) -> tuple[StreamedCut, dict[str, Any], dict[str, float]]:
-    """Reference, stages and the target's block session(s); returns the cut, the worker's answer and the timings."""
-    from ..targets.base import ProbeSetup
-
-    cut = cut_streamed(request, progress)
-    timings = dict(cut.timings)
-    session = tgt.session_options(ProbeSetup(work=work, soc_model=request.soc_model, htp_arch=request.htp_arch,
-                                             options=request.options, timeout=request.timeout, progress=progress))
-    from .block_jobs import run as run_jobs  # every group a job: serial, on every core, or on a cluster
-
-    t0 = time.monotonic()
-    response, job_timings = run_jobs(cut, work, request, session, th, progress)
-    timings.update(job_timings)
-    timings["htp_sim_s"] = round(time.monotonic() - t0 - job_timings["prepare_s"], 3)
-    timings.update({f"htp_sim_{k}": v for k, v in response.items() if k.endswith("_s")})
-    notes = [*response.get("lowered", []), *(response.get("ops_stage") or {}).get("lowered", [])]
-    response["lowered"] = list(dict.fromkeys(re.sub(r"@p\d+", "", n) for n in notes))  # one note per model node
-    return cut, response, timings

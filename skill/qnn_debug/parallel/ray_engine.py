@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import MemoryBudgetError, MissingDependencyError, TargetError, WorkerLostError, error_from_dict
 from ..progress import Progress
-from . import Job, machine_cores
+from .jobs import Job, machine_cores
 from .store import open_store
 
 OBJECT_STORE_BYTES = 96 << 20  # jobs pass file paths and small JSON answers: the store only carries those
@@ -119,7 +119,9 @@ class RayExecutor:
         self._check_fits(ray, [jobs[i] for i in todo])
         remote = ray.remote(_call)
         refs: dict[Any, int] = {}
-        for i in todo:
+        # the largest jobs first (memory stands for work: both grow with a job's weights), so the last job to start
+        # is a small one and the run does not end on one worker with a big job left (longest processing time first)
+        for i in sorted(todo, key=lambda i: -jobs[i].memory):
             job = jobs[i]
             ref = remote.options(num_cpus=1, memory=max(1, int(job.memory)), max_retries=1, retry_exceptions=False,
                                  name=f"qnn-debug {job.label}").remote(job.fn, job.args, job.env)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..progress import Progress
-from . import Job
+from .jobs import Job
 
 WORKER = "qnn_debug.parallel.worker"
 

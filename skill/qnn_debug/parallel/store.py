@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runstore import atomic_write_text
-from . import Job
+from .jobs import Job
 
 
 def fingerprint(job: Job) -> str:

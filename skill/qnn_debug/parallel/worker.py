@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import error_from_dict
 from ..progress import Progress, eta
-from . import Job
+from .jobs import Job
 from .runner import run_job
 from .store import open_store
 
