@@ -208,3 +208,46 @@ def test_the_cli_sends_the_block_runs_to_the_cluster(cluster: str, tmp_path: Pat
     doc = json.loads(res.stdout)
     assert doc["timings"]["block_groups"] >= 4  # planned for the cluster's slots, not one session
     assert doc["first_failing"]["op"] == "/layers.3/self_attn/rotary_q/Concat"
+
+
+CANCELLED = """
+import sys
+from pathlib import Path
+from qnn_debug.parallel import Job
+from qnn_debug.parallel.ray_engine import RayExecutor
+from qnn_debug.progress import Progress
+from qnn_debug_testkit.held_jobs import hold
+pids, gates, address = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+jobs = [hold(Job(key=f"j{i}", label=f"job {i}", fn="qnn_debug_testkit.held_jobs:timed", args={"seconds": 0},
+                 memory=1 << 28), pids, gates) for i in range(4)]
+RayExecutor(cluster=address, budget=1 << 31, workers=None, timeout=600).run(jobs, progress=Progress(), stage="held")
+"""
+
+
+def test_cancelling_a_run_on_the_cluster_stops_its_jobs_on_every_node(cluster: str, tmp_path: Path) -> None:
+    """``job_cancel`` ends the engine child by the kill rule; its jobs on both nodes stop with it (the cluster's
+    workers of a run whose driver is gone are ended by the cluster), and the queued ones never start."""
+    pids, gates = tmp_path / "pids", tmp_path / "gates"
+    script = tmp_path / "run.py"
+    script.write_text(CANCELLED, encoding="utf-8")
+    with open(tmp_path / "run.log", "wb") as log:
+        proc = process.start([sys.executable, str(script), str(pids), str(gates), cluster], env=dict(os.environ),
+                             stdout=log, merge_stderr=True)
+    try:
+        _until(lambda: pids.is_dir() and len(list(pids.glob("*"))) == 2, "one held job per node")
+        running = [int(p.suffix[1:]) for p in pids.glob("*")]
+        process.kill_sync(proc)
+        _until(lambda: not any(_alive(p) for p in running), "the jobs stopped", limit=30)
+        time.sleep(2)
+        assert len(list(pids.glob("*"))) == 2  # the queued jobs never started
+    finally:
+        if proc.poll() is None:
+            process.kill_sync(proc)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
