@@ -27,3 +27,19 @@ async def test_localise_blocks_takes_workers_and_a_cluster_address(tmp_path: Pat
         bad = await client.call_tool("localise_blocks", {"model": "m.onnx", "cluster": "head node; rm -rf",
                                                          "background": False})
         assert bad.is_error and "cluster" in error_text(bad)
+
+
+def test_a_cluster_that_does_not_answer_is_a_typed_error_at_once(tmp_path: Path) -> None:
+    import socket
+    import time
+
+    from qnn_debug.errors import TargetError
+    from qnn_debug.parallel.ray_engine import connect
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    with pytest.raises(TargetError, match=r"no Ray cluster answers at 127\.0\.0\.1:") as e:
+        connect(f"127.0.0.1:{port}", 1, 0)
+    assert time.monotonic() - t0 < 10 and "ray start --head" in (e.value.hint or "")

@@ -26,6 +26,7 @@ from .store import open_store
 OBJECT_STORE_BYTES = 96 << 20  # jobs pass file paths and small JSON answers: the store only carries those
 POLL_S = 1.0
 LOOPBACK = "127.0.0.1"
+CONNECT_S = 5.0
 _STATE: dict[str, Any] = {"key": None}
 
 
@@ -55,6 +56,8 @@ def connect(cluster: str | None, workers: int, budget: int) -> Any:
         return ray
     if ray.is_initialized():
         ray.shutdown()
+    if cluster:
+        _reachable(cluster)
     t0 = time.monotonic()
     try:
         if cluster:
@@ -87,6 +90,20 @@ def _quiet_stdout() -> None:
 
     to_stderr._qnn_debug = True  # type: ignore[attr-defined]
     ray_worker.print_to_stdstream = to_stderr
+
+
+def _reachable(cluster: str) -> None:
+    """A head that does not answer is said at once (Ray itself retries the connection for minutes)."""
+    import socket
+
+    host, _, port = cluster.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_S):
+            return
+    except (OSError, ValueError) as e:
+        raise TargetError(f"no Ray cluster answers at {cluster} ({e})",
+                          hint="start its head with `ray start --head` (it prints the address), check the address "
+                               "and the network, or drop --cluster to run on this machine") from None
 
 
 def started_s() -> float | None:
