@@ -102,6 +102,7 @@ def start_cluster(log_dir: Path) -> tuple[str, list[subprocess.Popen[bytes]]]:
             procs.append(subprocess.Popen([RAY, *common, *argv], env=env, stdout=f, stderr=subprocess.STDOUT,
                                           start_new_session=True))
         time.sleep(8)
+    procs[0].temp_dir = temp  # type: ignore[attr-defined]
     return address, procs
 
 
@@ -116,6 +117,10 @@ def stop_cluster(procs: list[subprocess.Popen[bytes]]) -> None:
             p.wait(15)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
+    if procs:
+        import shutil
+
+        shutil.rmtree(getattr(procs[0], "temp_dir", ""), ignore_errors=True)
 
 
 def main() -> None:
@@ -165,6 +170,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(summary, indent=1))
         return
+    print(f"logs and outputs in {out}")
     print(f"{args.width} width x {args.layers} layers, prefill {args.seq}; {machine_cores()} cores; load "
           f"{summary['load_avg_1min']:.1f} (a shared machine: read the ratios)")
     for r in rows:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -86,6 +87,7 @@ def cluster() -> Iterator[str]:
         ray.shutdown()
         for p in reversed(procs):
             process.kill_sync(p)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _wait_nodes(address: str, n: int, proc: Any) -> None:
