@@ -64,6 +64,13 @@ class MissingDependencyError(TargetError):
     kind = "missing_dependency"
 
 
+class WorkerLostError(TargetError):
+    """A parallel job's worker process died (killed, out of memory) on its retry too; ``details`` names the job.
+    The jobs already done are kept: the same command resumes."""
+
+    kind = "worker_lost"
+
+
 class MemoryBudgetError(BadInputError):
     """The smallest unit of work (one decoder block) does not fit the memory budget; ``details`` has the numbers."""
 
@@ -129,5 +136,5 @@ def error_from_dict(doc: dict[str, Any]) -> QnnDebugError:
 ERROR_CLASSES: dict[str, type[QnnDebugError]] = {
     cls.__name__: cls
     for cls in (QnnDebugError, BadInputError, TargetError, UnsupportedOnTargetError, DeviceError,
-                MissingDependencyError, MemoryBudgetError)
+                MissingDependencyError, MemoryBudgetError, WorkerLostError)
 }

@@ -97,6 +97,13 @@ MaxMemory = Annotated[str | None, Cli(flag="--max-memory"), Field(
     max_length=32, pattern=r"^\s*\d+(\.\d+)?\s*[kKmMgGtT]?(i?[bB])?\s*$",
     description="Peak memory per process on htp-sim, e.g. 6G: a model whose external weights do not fit one "
                 "simulator session within it runs piece by piece (default: a third of the free memory, at most 8G)")]
+Workers = Annotated[int | None, Cli(flag="--workers"), Field(
+    default=None, ge=1, le=1024, description="htp-sim: simulator block runs at once on this machine (1: one after "
+    "another; default: every core, through an embedded Ray cluster, when the blocks hold 256 MB of weights or more)")]
+Cluster = Annotated[str | None, Cli(flag="--cluster"), Field(
+    default=None, max_length=256, pattern=r"^(ray://)?[A-Za-z0-9_.:\[\]-]+:\d{1,5}$",
+    description="htp-sim: send the block runs to the Ray cluster at this address (HOST:PORT of its head, as `ray "
+    "start --head` printed); every node reads the model and --out at the same paths")]
 
 
 class TargetRun(Request):

@@ -16,6 +16,8 @@ from .request_base import (
     MnnGate,
     Out,
     Precision,
+    Workers,
+    Cluster,
     ReferenceModel,
     Request,
     Seed,
@@ -155,8 +157,11 @@ class LocaliseBlocksRequest(TargetRun):
         ge=1, le=64, description="Decoder layers cut out together")] = 1
     inner: Annotated[Literal["diagnose", "bisect", "none"], Cli(flag="--inner"), Field(
         description="Inside the first failing block: diagnose (dump + compare), bisect, or none")] = "diagnose"
-    max_memory: MaxMemory = Field(None, description="Peak memory per process on htp-sim, e.g. 6G: blocks share a "
-                                  "simulator session only within it (default: a third of the free memory, at most 8G)")
+    max_memory: MaxMemory = Field(None, description="Memory on htp-sim, e.g. 6G: blocks share a simulator session "
+                                  "only within it, and the block runs at once on one machine stay within it together "
+                                  "(default: a third of the free memory, at most 8G)")
+    workers: Workers = None
+    cluster: Cluster = None
 
     def default_out(self) -> tuple[str, str] | None:
         leaf = "blocks" if self.target == DEFAULT_TARGET else f"blocks-{self.target}"

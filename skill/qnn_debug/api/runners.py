@@ -196,7 +196,8 @@ def localise_blocks(request: rq.LocaliseBlocksRequest, progress: Progress) -> Bl
         target=request.target, inputs=inputs, shapes=shapes, seed=request.seed,
         layers_per_block=request.layers_per_block, inner=request.inner, soc_model=request.soc, htp_arch=request.arch,
         options=options, force=request.force, timeout=request.timeout,
-        max_memory=parse_size(request.max_memory) if request.max_memory else None), progress)
+        max_memory=parse_size(request.max_memory) if request.max_memory else None, workers=request.workers,
+        cluster=request.cluster), progress)
     result.warnings[:0] = notes
     return result
 

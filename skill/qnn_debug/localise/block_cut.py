@@ -52,6 +52,11 @@ class BlockRequest(BaseModel):
     # Peak bytes per process a one-session target (the simulator) keeps: blocks are grouped into sessions within
     # it; one block that cannot fit is a MemoryBudgetError. None: sized from the machine's free memory.
     max_memory: int | None = None
+    # How the simulator's block groups run (qnn_debug.parallel): at most ``workers`` at once on this machine (None:
+    # every core when the blocks hold enough weights to pay for the engine's start-up, else one after another), or
+    # on the Ray cluster at ``cluster``.
+    workers: int | None = Field(default=None, ge=1, le=1024)
+    cluster: str | None = None
 
 
 @dataclass

@@ -44,7 +44,8 @@ def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
     out = _prepare_out(Path(request.out), request.force)
     if not tgt.capabilities.one_session:  # each block through the target's own dump
         return run_blocks_mnn(request, out, progress, th, started)
-    from .streamed import save_block, simulate
+    from .block_jobs import simulate
+    from .streamed import save_block
 
     work = out / "blocks"
     work.mkdir(exist_ok=True)

@@ -6,14 +6,14 @@ layer (rotary tables, input transpose), each block, the head — fed the values 
 their boundaries, so only boundary tensors (the 0.5 MB hidden state, cos/sin, the mask) outlive their
 segment; each group of blocks (sized by :mod:`.budget`) becomes one side-by-side stage whose model points
 into the original data file (no copy of the weights) and whose fp16 floor runs a few blocks' weights at a
-time, rounded inside ONNX Runtime (:func:`qnn_debug.onnx_graph.fp16_floor`); the simulator worker runs the
-stages one session at a time. The bad block's inner tensors are recomputed from
+time, rounded inside ONNX Runtime (:func:`qnn_debug.onnx_graph.fp16_floor`). Each group (its stage, floor and
+simulator session) is one job of :mod:`.block_jobs`, run one after another or at the same time on every core or
+a cluster (:mod:`qnn_debug.parallel`). The bad block's inner tensors are recomputed from
 its boundary values when it is searched op by op.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,11 +22,10 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..compare.thresholds import Thresholds
 from ..errors import BadInputError
 from ..progress import Progress, eta
 from .bisect import RangeFinding, first_out_of_range
-from .budget import block_cost, check_main, default_budget, plan_groups
+from .budget import check_main, default_budget
 from .cut import Block, block, block_model, decoder_layers, positions_block
 from .external import LazyModel, materialise, open_lazy, run_cpu, tensor_sizes, weight_bytes
 from .segments import chain
@@ -277,32 +276,6 @@ def _batches(model: onnx.ModelProto, pieces: list[list[int]]) -> list[list[int]]
     return batches
 
 
-def block_stages(cut: StreamedCut, work: Path, budget: int | None, progress: Progress) -> list[dict[str, Any]]:
-    """The blocks grouped within the memory budget, one stage (one simulator session) per group."""
-    sent = cut.sent
-    hidden = max((np.asarray(cut.values[b.inputs[0]]).nbytes for b in cut.ref_blocks if b.inputs), default=0)
-    costs = [block_cost(_weights_of(cut.target.model, cut.tgt_blocks[k].positions), hidden) for k in sent]
-    groups = _alone_outside(plan_groups(costs, budget or default_budget(), [cut.tgt_blocks[k].name for k in sent]),
-                            [bool(cut.ref_blocks[k].label) for k in sent])
-    all_types = cut.types
-    stages = []
-    started = time.monotonic()
-    with progress.stage("blocks: stages", total=len(groups), message="cutting blocks and their fp16 floors") as advance:
-        for g, members in enumerate(groups):
-            ks = [sent[m] for m in members]
-            stages.append(stage(work, f"blocks{g:03d}", cut.target, cut.reference,
-                                [cut.tgt_blocks[k].positions for k in ks],
-                                [cut.ref_blocks[k].positions for k in ks],
-                                [cut.outs_per_block[k] for k in ks], cut.shapes, cut.values, cut.op_types,
-                                all_types))
-            # ops outside the layers (a model's head with a dynamic Slice, say) may hold ops the target cannot run:
-            # such a stage is reported as not judged instead of failing the whole localisation
-            stages[-1]["optional"] = all(bool(cut.ref_blocks[k].label) for k in ks)
-            stages[-1]["name"] = cut.tgt_blocks[ks[-1]].name
-            advance(message=eta(f"cut {cut.tgt_blocks[ks[-1]].name}", g + 1, len(groups), started))
-    return stages
-
-
 def _alone_outside(groups: list[list[int]], outside: list[bool]) -> list[list[int]]:
     """The groups with every segment of ops outside the layers split off into a group of its own."""
     out: list[list[int]] = []
@@ -391,29 +364,3 @@ def save_block(cut: StreamedCut, work: Path, stem: str, k: int) -> None:
         del model
     save_npz(work / f"{stem}_inputs.npz", {n: np.asarray(cut.values[n]) for n in both})
     save_npz(work / f"{stem}_reference_inputs.npz", {n: np.asarray(cut.values[n]) for n in both})
-
-
-def simulate(request: Any, work: Path, progress: Progress, th: Thresholds,
-             tgt: Any) -> tuple[StreamedCut, dict[str, Any], dict[str, float]]:
-    """Reference, stages and the target's block session(s); returns the cut, the worker's answer and the timings."""
-    from ..targets.base import ProbeSetup
-
-    cut = cut_streamed(request, progress)
-    timings = dict(cut.timings)
-    t0 = time.monotonic()
-    stages = block_stages(cut, work, request.max_memory, progress)
-    ops_job = save_values(cut, work)
-    timings["prepare_s"] = round(time.monotonic() - t0, 3)
-    timings["block_groups"] = float(len(stages))
-    session = tgt.session_options(ProbeSetup(work=work, soc_model=request.soc_model, htp_arch=request.htp_arch,
-                                             options=request.options, timeout=request.timeout, progress=progress))
-    t0 = time.monotonic()
-    response = tgt.run_session({"job": "blocks", "block_stages": stages, "ops_job": ops_job, **session,
-                                "thresholds": th.model_dump(mode="json")},
-                               log=work / "htp_blocks_worker.log", timeout=request.timeout, progress=progress,
-                               what="HTP simulator block runs")
-    timings["htp_sim_s"] = round(time.monotonic() - t0, 3)
-    timings.update({f"htp_sim_{k}": v for k, v in response.items() if k.endswith("_s")})
-    notes = [w for st in [*stages, response.get("ops_stage") or {}] for w in st.get("lowered", [])]
-    response["lowered"] = list(dict.fromkeys(re.sub(r"@p\d+", "", n) for n in notes))  # one note per model node
-    return cut, response, timings

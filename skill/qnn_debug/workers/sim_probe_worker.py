@@ -4,9 +4,7 @@ Two jobs, both without marking anything (so no observer effect):
 - ``bisect``: the whole search runs here (each probe needs the previous probe's answer, and a fresh
   process per probe would cost more than the probe): truncate the model at a cut, run it, judge the
   frontier against the baseline's reference and floor, narrow, repeat;
-- ``blocks``: the decoder blocks on reference inputs, side by side, one session per group of blocks (the
-  groups keep the memory budget; the weights stay in the model's data file), then every op of the
-  first bad block side by side (see :mod:`qnn_debug.localise.side_by_side`), each judged against the floor;
+- block groups (:mod:`qnn_debug.localise.block_jobs`) judge their side-by-side sessions with :func:`_judge_pieces`;
 - ``values``: one cut model run unmarked, its outputs saved (``HtpSimTarget.prober``: one probe, no judging);
 - ``chunked``: the unmarked model, then one session per chunk of tensors, each marking only that chunk
   (a run directory like a dump's; each chunk's outputs are checked against the unmarked run).
@@ -33,7 +31,7 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
         return _chunked_chain(request, progress)
     if request["job"] == "values":
         return _values(request)
-    return _blocks(request, progress)
+    raise ValueError(f"unknown job {request['job']!r}")
 
 
 def _session(model: Any, request: dict[str, Any], external_dir: str | None = None) -> Any:
@@ -185,47 +183,6 @@ def _values(request: dict[str, Any]) -> dict[str, Any]:
     del info
     np.savez(request["values"], **{f"v{i}": np.asarray(v) for i, v in enumerate(got)})  # type: ignore[arg-type]
     return {"values": request["values"]}
-
-
-def _blocks(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
-    """Stage 1: every block on the reference hidden state, one session per group of blocks (the groups keep the
-    memory budget); stage 2: every op of the first bad block side by side."""
-    from ..compare.thresholds import Thresholds
-    from ..errors import QnnDebugError
-    from ..progress import eta
-
-    th = Thresholds.model_validate(request.get("thresholds") or {})
-    answer: dict[str, Any] = {"blocks": []}
-    stages = request["block_stages"] if "block_stages" in request else [request["blocks"]]
-    t0 = time.monotonic()
-    with progress.stage("htp-sim: blocks", total=len(stages),
-                        message="htp-sim: every block on the reference hidden state") as advance:
-        for i, stage in enumerate(stages):
-            try:
-                answer["blocks"].extend(_judge_pieces(stage, request, th))
-            except QnnDebugError as e:
-                if not stage.get("optional"):
-                    raise
-                answer["blocks"].extend([] for _ in stage["pieces"])
-                answer.setdefault("not_judged", {}).update({str(len(answer["blocks"]) - 1): e.message})
-            last = stage.get("name") or f"group {i + 1}"
-            advance(message=eta(f"htp-sim: {last} done", i + 1, len(stages), t0))
-    answer["blocks_s"] = round(time.monotonic() - t0, 3)
-    bad = next((i for i, piece in enumerate(answer["blocks"]) if any(t["status"] == "bad" for t in piece)), None)
-    answer["first_bad_block"] = bad
-    if bad is not None and request.get("ops_job"):
-        from ..localise.streamed import ops_stage
-
-        with progress.stage("htp-sim: ops", total=None, message="htp-sim: every op of the bad block on reference inputs"):
-            t0 = time.monotonic()
-            stage = ops_stage(request["ops_job"], bad)
-            answer["ops_prepare_s"] = round(time.monotonic() - t0, 3)
-            if stage is not None:
-                t0 = time.monotonic()
-                answer["ops_stage"] = stage
-                answer["ops"] = _judge_pieces(stage, request, th)
-                answer["ops_s"] = round(time.monotonic() - t0, 3)
-    return answer
 
 
 def _judge_pieces(stage: dict[str, Any], request: dict[str, Any], th: Any) -> list[list[dict[str, Any]]]:
