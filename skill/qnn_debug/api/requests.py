@@ -41,6 +41,7 @@ from .requests_mnn import (
     ToggleShapeMutableRequest,
     bool_word,
 )
+from .requests_targets import CompareTargetsRequest
 from .requests_workflow import (
     BaselineRequest,
     BisectRequest,
@@ -52,7 +53,8 @@ from .requests_workflow import (
 
 __all__ = [
     "MAX_LOG_CHARS", "QNN_TARGETS", "BaselineRequest", "BisectRequest", "CaseAddRequest", "CompareRequest",
-    "DevicesRequest", "DiagnoseRequest", "DumpRequest", "FixRequest", "ImportDumpRequest", "LlmCheckRequest",
+    "CompareTargetsRequest", "DevicesRequest", "DiagnoseRequest", "DumpRequest", "FixRequest", "ImportDumpRequest",
+    "LlmCheckRequest",
     "LlmTextRequest", "LocaliseBlocksRequest", "OpLookupRequest", "ProbeDeviceRequest", "Request", "RunRequest",
     "TargetRun", "TestDirRequest", "ToggleShapeMutableRequest", "TriageRequest", "bool_word", "out_leaf", "out_stem",
     "parse_attr_pairs", "parse_range_args",

@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import Field
 
 from .fields import Cli, PathRole
-from .requests import Request
+from .request_base import Request
 
 
 class CompareTargetsRequest(Request):

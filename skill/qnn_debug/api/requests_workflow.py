@@ -10,19 +10,19 @@ from ..targets import DEFAULT_TARGET
 from .fields import Cli, PathRole, ServerSet
 from .request_base import (
     QNN_TARGETS,
+    Cluster,
     Force,
     InputsOrTestDir,
     MaxMemory,
     MnnGate,
     Out,
     Precision,
-    Workers,
-    Cluster,
     ReferenceModel,
     Request,
     Seed,
     Shapes,
     TargetRun,
+    Workers,
     out_leaf,
     out_stem,
 )
