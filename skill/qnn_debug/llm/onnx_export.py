@@ -34,7 +34,8 @@ from ..errors import BadInputError
 CHUNK = 128  # generate_llm_qnn.py's default --chunk_size
 IMAGE_SIZE = (512, 512)  # generate_llm_qnn.py's default --image_sizes
 PREPARED_SUFFIX = ".qnn-debug.onnx"
-LOWERING_VERSION = "2"  # part of the prepared graph's key: a change here rewrites it
+PREFILL_SUFFIX = ".prefill.qnn-debug.onnx"  # logits_index folded to the prefill's -1 (the tool built the inputs)
+LOWERING_VERSION = "3"  # part of the prepared graph's key: a change here rewrites it
 DECODER_INPUTS = {"input_ids", "attention_mask", "position_ids"}
 VISION_INPUTS = {"patches", "position_ids", "attention_mask", "idx_tensor", "weight_tensor"}
 MAX_PEEK_BYTES = 512 << 20  # graphs larger than this (weights inline) are not llmexport graphs: not parsed twice
@@ -116,8 +117,11 @@ def prepare_model(model: str | Path, *, shapes: dict[str, list[int]] | None = No
     seq = seq or CHUNK
     notes: list[str] = []
     run_path = path
-    if custom or (kind == "decoder" and "deepstack_embeds" in dims):
-        run_path, notes = _standard_graph(path, graph, cfg, seq, kind)
+    fold = kind == "decoder" and inputs is None and "logits_index" in dims and "logits_index" not in shapes
+    if custom or fold or (kind == "decoder" and "deepstack_embeds" in dims):
+        run_path, notes = _standard_graph(path, graph, cfg, seq, kind, fold)
+        if fold:
+            dims.pop("logits_index")
     if kind == "other":
         return PreparedModel(model=str(run_path), notes=notes)
     hidden = _hidden(dims, cfg)
@@ -143,15 +147,22 @@ def prepared_path(model: str | None) -> str | None:
     if model is None or not model.endswith(".onnx") or model.endswith(PREPARED_SUFFIX):
         return model
     path = Path(model)
-    out = path.with_name(path.name.removesuffix(".onnx") + PREPARED_SUFFIX)
+    for suffix in (PREFILL_SUFFIX, PREPARED_SUFFIX):
+        out = path.with_name(path.name.removesuffix(".onnx") + suffix)
+        if _current(out, path):
+            return str(out)
+    return model
+
+
+def _current(out: Path, path: Path) -> bool:
+    """Whether ``out`` was written from ``path`` as it is now."""
     if out.is_file() and path.is_file():
         from ..onnx_graph import load_onnx
 
         digest = _digest(path)
-        if any(p.key == "qnn_debug.source_sha256" and p.value == digest
-               for p in load_onnx(out, load_external_data=False).metadata_props):
-            return str(out)
-    return model
+        return any(p.key == "qnn_debug.source_sha256" and p.value == digest
+                   for p in load_onnx(out, load_external_data=False).metadata_props)
+    return False
 
 
 def _hidden(dims: dict[str, list[int | None]], cfg: dict[str, Any]) -> int:
@@ -186,21 +197,21 @@ def _digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _standard_graph(path: Path, graph: Any, cfg: dict[str, Any], seq: int, kind: str) -> tuple[Path, list[str]]:
+def _standard_graph(path: Path, graph: Any, cfg: dict[str, Any], seq: int, kind: str,
+                    fold: bool) -> tuple[Path, list[str]]:
     """The graph in standard ONNX beside the original (reused while the original is unchanged)."""
-    from ..onnx_graph import load_onnx
     from .custom_ops import lower_custom_ops
 
-    out = path.with_name(path.name.removesuffix(".onnx") + PREPARED_SUFFIX)
+    out = path.with_name(path.name.removesuffix(".onnx") + (PREFILL_SUFFIX if fold else PREPARED_SUFFIX))
+    if _current(out, path):
+        return out, [f"{path.name} read through {out.name} (standard ONNX, written earlier from the same graph)"]
     digest = _digest(path)
-    if out.is_file():
-        old = load_onnx(out, load_external_data=False)
-        if any(p.key == "qnn_debug.source_sha256" and p.value == digest for p in old.metadata_props):
-            return out, [f"{path.name} read through {out.name} (standard ONNX, written earlier from the same graph)"]
     scale = cfg.get("attn_scale")
     notes = lower_custom_ops(graph, str(path), float(scale) if isinstance(scale, int | float) else None, seq)
     if kind == "decoder":
         notes += _dynamic_deepstack(graph)
+    if fold:
+        notes += _fold_logits_index(graph)
     meta = [p for p in graph.metadata_props if p.key != "qnn_debug.source_sha256"]
     del graph.metadata_props[:]
     graph.metadata_props.extend(meta)
@@ -214,6 +225,19 @@ def _standard_graph(path: Path, graph: Any, cfg: dict[str, Any], seq: int, kind:
                                  "from llm.onnx.data beside it)") from None
     return out, [f"{path.name} read through {out.name} (written beside it; its weights stay in the original data file)",
                  *notes]
+
+
+def _fold_logits_index(graph: Any) -> list[str]:
+    """``logits_index`` as the constant -1 of a prefill (the last token's logits, as the runtime asks): a Slice whose
+    start is a graph input has a data-dependent shape, which QNN refuses with everything after it."""
+    from onnx import numpy_helper
+
+    kept = [i for i in graph.graph.input if i.name != "logits_index"]
+    del graph.graph.input[:]
+    graph.graph.input.extend(kept)
+    graph.graph.initializer.append(numpy_helper.from_array(np.asarray([-1], np.int32), "logits_index"))
+    return ["logits_index fixed to -1 (the prefill's last token, as the runtime asks) so the logits Slice has a "
+            "constant start QNN accepts; pass --inputs to feed it yourself"]
 
 
 def _dynamic_deepstack(graph: Any) -> list[str]:
