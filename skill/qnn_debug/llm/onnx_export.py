@@ -16,7 +16,8 @@
   for VL, deepstack features at its tokens), ``logits_index -1``; the vision encoder's five inputs as
   :mod:`.vl_feeds` builds them.
 
-Any other graph passes through untouched (one cheap look at its inputs and op domains).
+Any other graph (also an LLM graph exported with fixed shapes and no custom ops) passes through untouched (one
+cheap look at its inputs and op domains).
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ def prepare_model(model: str | Path, *, shapes: dict[str, list[int]] | None = No
     from .custom_ops import custom_nodes
 
     custom = custom_nodes(graph)
-    if kind == "other" and not custom:
+    dynamic = any(d is None for v in dims.values() for d in v)
+    if not custom and (kind == "other" or not dynamic):  # a graph made for fixed shapes is the user's to feed
         return PreparedModel(model=str(model))
     shapes = dict(shapes or {})
     cfg = _llm_config(root)
