@@ -52,13 +52,14 @@ def test_localise_blocks_runs_on_a_clean_real_llm_onnx(real_exports, tmp_path: P
 @pytest.mark.slow
 def test_bisect_baseline_and_diagnose_run_on_a_clean_real_llm_onnx(real_exports, tmp_path: Path) -> None:
     model = str(_copy(real_exports, tmp_path, "qwen3", "a") / "onnx" / "llm.onnx")
-    b = _cli("bisect", model, "--out", str(tmp_path / "bisect"))
-    assert b["verdict"] == "ok", b["summary"]
     base = _cli("baseline", model, "--out", str(tmp_path / "baseline"))
     feeds = np.load(base["inputs_path"])
     assert feeds["input_ids"].shape == (128, 1, 128)  # generate_llm_qnn.py's chunk, llm_config's hidden
     assert feeds["attention_mask"][0, 0, 0, 1] == np.finfo(np.float32).min and feeds["attention_mask"][0, 0, 1, 0] == 0
     assert feeds["position_ids"].tolist() == [list(range(128))]
+    # the baseline's inputs (logits_index folded into the graph, so not among them) feed the next tool as they are
+    b = _cli("bisect", model, "--inputs", base["inputs_path"], "--out", str(tmp_path / "bisect"))
+    assert b["verdict"] == "ok", b["summary"]
     d = _cli("diagnose", model, "--out", str(tmp_path / "diagnose"))
     assert d["compare"]["verdict"]["kind"] == "ok", d["compare"]["verdict"]
 
@@ -183,3 +184,27 @@ def test_the_lowered_attention_matches_transformers(real_exports, tmp_path: Path
                     str(tmp_path / "hf.npy")], check=True, capture_output=True, timeout=300, env=tier._base_env())
     theirs = np.load(tmp_path / "hf.npy")
     assert np.abs(ours - theirs).max() < 1e-4 * max(1.0, float(np.abs(theirs).max()))
+
+
+@pytest.mark.parametrize("model", ["a", "b"])
+def test_the_visual_erf_is_lowered_for_the_simulator_without_changing_the_result(real_exports, tmp_path: Path,
+                                                                                 model: str) -> None:
+    """The QNN execution provider has no Erf (the exact GELU of the mergers): the simulator run gets a polynomial."""
+    import onnxruntime as ort
+
+    from qnn_debug.llm.onnx_export import prepare_model
+    from qnn_debug.targets.sim_lowering import lower_for_simulator
+
+    folder = _copy(real_exports, tmp_path, "qwen3_vl", model)
+    prepared = prepare_model(folder / "onnx" / "visual.onnx", shapes={"patches": [256, 1536]})
+    feeds = dict(np.load(prepared.inputs or ""))
+    graph = onnx.load(prepared.model)
+    erfs = sum(n.op_type == "Erf" for n in graph.graph.node)
+    assert erfs >= 3
+    want = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    notes = lower_for_simulator(graph)
+    assert len([w for w in notes if w.startswith("Erf")]) == erfs
+    assert not any(n.op_type == "Erf" for n in graph.graph.node)
+    got = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for w, g in zip(want, got, strict=True):
+        assert np.abs(w - g).max() <= 1e-5 * max(1.0, float(np.abs(w).max()))
