@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import onnx
 from pydantic import BaseModel, Field
 
 from .. import fs
@@ -36,7 +37,7 @@ CHUNK = 128  # generate_llm_qnn.py's default --chunk_size
 IMAGE_SIZE = (512, 512)  # generate_llm_qnn.py's default --image_sizes
 PREPARED_SUFFIX = ".qnn-debug.onnx"
 PREFILL_SUFFIX = ".prefill.qnn-debug.onnx"  # logits_index folded to the prefill's -1 (the tool built the inputs)
-LOWERING_VERSION = "3"  # part of the prepared graph's key: a change here rewrites it
+LOWERING_VERSION = "4"  # part of the prepared graph's key: a change here rewrites it
 DECODER_INPUTS = {"input_ids", "attention_mask", "position_ids"}
 VISION_INPUTS = {"patches", "position_ids", "attention_mask", "idx_tensor", "weight_tensor"}
 MAX_PEEK_BYTES = 512 << 20  # graphs larger than this (weights inline) are not llmexport graphs: not parsed twice
@@ -223,6 +224,7 @@ def _standard_graph(path: Path, graph: Any, cfg: dict[str, Any], seq: int, kind:
         notes += _dynamic_deepstack(graph)
     if fold:
         notes += _fold_logits_index(graph)
+    _constants_as_initializers(graph)
     meta = [p for p in graph.metadata_props if p.key != "qnn_debug.source_sha256"]
     del graph.metadata_props[:]
     graph.metadata_props.extend(meta)
@@ -236,6 +238,24 @@ def _standard_graph(path: Path, graph: Any, cfg: dict[str, Any], seq: int, kind:
                                  "from llm.onnx.data beside it)") from None
     return out, [f"{path.name} read through {out.name} (written beside it; its weights stay in the original data file)",
                  *notes]
+
+
+def _constants_as_initializers(graph: Any) -> None:
+    """``Constant`` nodes as initializers: torch names many of them ``Constant_155`` (no layer index) between a layer's
+    ops, so cutting the graph into layers and the ops between them left units of one lone constant that nothing
+    outside reads, and an empty session ONNX Runtime refuses. Values and tensor names are unchanged."""
+    kept = []
+    for n in graph.graph.node:
+        value = next((a.t for a in n.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR), None)
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and value is not None and len(n.attribute) == 1:
+            t = onnx.TensorProto()
+            t.CopyFrom(value)
+            t.name = n.output[0]
+            graph.graph.initializer.append(t)
+        else:
+            kept.append(n)
+    del graph.graph.node[:]
+    graph.graph.node.extend(kept)
 
 
 def _fold_logits_index(graph: Any) -> list[str]:
