@@ -156,6 +156,7 @@ def run_tool(tool: str, fault: dict[str, Any], clean: Path, out: Path, weights: 
     cmd = [sys.executable, __file__, "--child", "--tool", tool, "--model", fault["file"],
            "--reference", str(clean / "onnx" / "llm.onnx"), "--out", str(out / tool)]
     out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out / tool, ignore_errors=True)  # a stopped earlier run leaves its output folder claimed
     log_out, log_err = out / f"{tool}.stdout", out / f"{tool}.stderr"
     with log_out.open("w") as fo, log_err.open("w") as fe, subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True) as proc:
         peaks = watch_peaks(proc)
