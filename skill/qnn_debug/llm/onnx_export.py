@@ -37,7 +37,7 @@ CHUNK = 128  # generate_llm_qnn.py's default --chunk_size
 IMAGE_SIZE = (512, 512)  # generate_llm_qnn.py's default --image_sizes
 PREPARED_SUFFIX = ".qnn-debug.onnx"
 PREFILL_SUFFIX = ".prefill.qnn-debug.onnx"  # logits_index folded to the prefill's -1 (the tool built the inputs)
-LOWERING_VERSION = "4"  # part of the prepared graph's key: a change here rewrites it
+LOWERING_VERSION = "5"  # part of the prepared graph's key: a change here rewrites it
 DECODER_INPUTS = {"input_ids", "attention_mask", "position_ids"}
 VISION_INPUTS = {"patches", "position_ids", "attention_mask", "idx_tensor", "weight_tensor"}
 MAX_PEEK_BYTES = 512 << 20  # graphs larger than this (weights inline) are not llmexport graphs: not parsed twice
@@ -225,6 +225,7 @@ def _standard_graph(path: Path, graph: Any, cfg: dict[str, Any], seq: int, kind:
     if fold:
         notes += _fold_logits_index(graph)
     _constants_as_initializers(graph)
+    _fold_small_constants(graph)
     meta = [p for p in graph.metadata_props if p.key != "qnn_debug.source_sha256"]
     del graph.metadata_props[:]
     graph.metadata_props.extend(meta)
@@ -252,6 +253,43 @@ def _constants_as_initializers(graph: Any) -> None:
             t.CopyFrom(value)
             t.name = n.output[0]
             graph.graph.initializer.append(t)
+        else:
+            kept.append(n)
+    del graph.graph.node[:]
+    graph.graph.node.extend(kept)
+
+
+FOLDABLE = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Concat", "Gather", "Add", "Sub", "Mul", "Div", "Neg"}
+FOLD_MAX = 4096  # elements: index and shape arithmetic only, never a weight
+
+
+def _fold_small_constants(graph: Any) -> None:
+    """Small ops computed from initializers alone become initializers (the Cast of the folded ``logits_index``): a
+    block cut after them would otherwise be fed their value as an input, and a Slice whose start is an input is
+    refused by QNN with everything after it."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    opset = [o for o in graph.opset_import if o.domain in ("", "ai.onnx")]
+    inits = {t.name: t for t in graph.graph.initializer}
+    small = {n for n, t in inits.items() if not t.HasField("data_location") or t.data_location != onnx.TensorProto.EXTERNAL}
+    kept = []
+    for n in graph.graph.node:
+        ins = [i for i in n.input if i]
+        if (n.op_type in FOLDABLE and n.domain in ("", "ai.onnx") and ins and all(i in small for i in ins)
+                and all(int(np.prod(inits[i].dims)) <= FOLD_MAX for i in ins)):
+            g = helper.make_graph([n], "fold", [], [helper.make_tensor_value_info(o, 0, None) for o in n.output],
+                                  [inits[i] for i in dict.fromkeys(ins)])
+            try:
+                values = ReferenceEvaluator(helper.make_model(g, opset_imports=opset)).run(None, {})
+            except Exception:  # noqa: BLE001 - keep the node when the reference cannot evaluate it
+                kept.append(n)
+                continue
+            for name, v in zip(n.output, values, strict=True):
+                t = numpy_helper.from_array(np.asarray(v), name)
+                graph.graph.initializer.append(t)
+                inits[name] = t
+                small.add(name)
         else:
             kept.append(n)
     del graph.graph.node[:]
