@@ -282,7 +282,7 @@ def _fold_small_constants(graph: Any) -> None:
                                   [inits[i] for i in dict.fromkeys(ins)])
             try:
                 values = ReferenceEvaluator(helper.make_model(g, opset_imports=opset)).run(None, {})
-            except Exception:
+            except Exception:  # the reference evaluator cannot compute it: keep the node
                 kept.append(n)
                 continue
             for name, v in zip(n.output, values, strict=True):
