@@ -41,13 +41,13 @@ async def test_optional_path_arguments_say_what_they_are_for(tmp_path: Path) -> 
 
 
 async def test_unsupported_op_error_quotes_qnn_reasons(tmp_path: Path) -> None:
-    onnx.save(single_op_model("Erf", [1, 8], name="erf_node"), str(tmp_path / "erf.onnx"))
+    onnx.save(single_op_model("Acos", [1, 8], name="acos_node"), str(tmp_path / "acos.onnx"))
     async with connect(tmp_path, "auto") as client:
-        inline = error_text(await client.call_tool("dump_qnn", {"model": "erf.onnx", "background": False}))
-        in_job = error_text(await client.call_tool("dump_qnn", {"model": "erf.onnx"}))
+        inline = error_text(await client.call_tool("dump_qnn", {"model": "acos.onnx", "background": False}))
+        in_job = error_text(await client.call_tool("dump_qnn", {"model": "acos.onnx"}))
     for text in (inline, in_job):
         assert "CPU fallback is forbidden" in text
-        assert "QNN's own words" in text and "Operators of type" in text and "Erf" in text
+        assert "QNN's own words" in text and "Operators of type" in text and "Acos" in text
 
 
 async def test_job_result_and_status_are_informative(tmp_path: Path) -> None:

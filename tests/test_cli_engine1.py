@@ -75,11 +75,11 @@ def test_dump_human_output(model: Path, baseline_dir: Path, tmp_path: Path) -> N
 
 
 def test_unsupported_op_exits_3_without_traceback(tmp_path: Path) -> None:
-    onnx.save(single_op_model("Erf", [1, 8], name="erf"), str(tmp_path / "erf.onnx"))
-    proc = qnn_debug("dump", tmp_path / "erf.onnx", "--out", tmp_path / "o", "--json")
+    onnx.save(single_op_model("Acos", [1, 8], name="acos"), str(tmp_path / "acos.onnx"))
+    proc = qnn_debug("dump", tmp_path / "acos.onnx", "--out", tmp_path / "o", "--json")
     assert proc.returncode == 3
     err = one_json(proc.stdout)
-    assert err["error"] == "unsupported_nodes" and "erf (Erf)" in err["message"] and err["hint"]
+    assert err["error"] == "unsupported_nodes" and "acos (Acos)" in err["message"] and err["hint"]
     assert "Traceback" not in proc.stderr and proc.stderr.strip().splitlines()[-1].startswith("error: ")
 
 

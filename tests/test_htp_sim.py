@@ -155,12 +155,13 @@ def test_qdq_model_on_htp(tmp_path: Path, activation: str, raw_dtype: str, min_d
 
 
 def test_unsupported_op_fails_instead_of_falling_back(tmp_path: Path) -> None:
+    # Acos: the QNN EP has no Acos and the simulator run has no lowering for it (Erf, the example before, is lowered)
     with pytest.raises(UnsupportedOnTargetError) as e:
-        onnx.save(single_op_model("Erf", [1, 8], name="erf"), str(tmp_path / "erf.onnx"))
-        run_dump(DumpRequest(model=tmp_path / "erf.onnx", out=tmp_path / "htp"))
+        onnx.save(single_op_model("Acos", [1, 8], name="acos"), str(tmp_path / "acos.onnx"))
+        run_dump(DumpRequest(model=tmp_path / "acos.onnx", out=tmp_path / "htp"))
     err = e.value
-    assert err.exit_code == 3 and "\n" not in err.message and "erf (Erf)" in err.message
-    assert err.details["nodes"] == [{"name": "erf", "op_type": "Erf"}] and err.details["reasons"]
+    assert err.exit_code == 3 and "\n" not in err.message and "acos (Acos)" in err.message
+    assert err.details["nodes"] == [{"name": "acos", "op_type": "Acos"}] and err.details["reasons"]
     assert not (tmp_path / "htp" / "run.json").exists()
     assert (tmp_path / "htp" / "logs" / "htp_worker.log").exists()  # kept for triage
 

@@ -121,10 +121,10 @@ async def test_server_set_fields_are_not_arguments(tmp_path: Path) -> None:
 
 
 async def test_unsupported_nodes_reach_the_client_as_their_class_inline_and_from_a_job(tmp_path: Path) -> None:
-    onnx.save(single_op_model("Erf", [1, 8], name="erf_node"), str(tmp_path / "erf.onnx"))
+    onnx.save(single_op_model("Acos", [1, 8], name="acos_node"), str(tmp_path / "acos.onnx"))
     async with connect(tmp_path, "auto") as client:
-        inline = await client.call_tool("dump_qnn", {"model": "erf.onnx", "background": False})
-        in_job = await client.call_tool("dump_qnn", {"model": "erf.onnx"})  # a job that finishes while we wait
+        inline = await client.call_tool("dump_qnn", {"model": "acos.onnx", "background": False})
+        in_job = await client.call_tool("dump_qnn", {"model": "acos.onnx"})  # a job that finishes while we wait
     for result in (inline, in_job):
         text = " ".join(getattr(c, "text", "") for c in result.content)
         error = (result.structured_content or {}).get("error") or {}

@@ -66,7 +66,8 @@ def _prepared(model: str | Path, request: rq.Request, reference: str | Path | No
     p = prepare_model(model, shapes=shapes, inputs=inputs, seed=seed, image=image)
     ref = None
     if reference is not None:
-        r = prepare_model(reference, shapes=shapes or p.shapes, inputs=inputs or p.inputs, seed=seed, image=image)
+        # prepared alike (the same user inputs or none, so the same inputs folded); it is fed the model's inputs
+        r = prepare_model(reference, shapes=shapes, inputs=inputs, seed=seed, image=image)
         ref = r.model
     return p.model, ref, p.shapes or shapes, inputs or p.inputs, p.notes
 

@@ -16,7 +16,8 @@
   for VL, deepstack features at its tokens), ``logits_index -1``; the vision encoder's five inputs as
   :mod:`.vl_feeds` builds them.
 
-Any other graph passes through untouched (one cheap look at its inputs and op domains).
+Any other graph (also an LLM graph exported with fixed shapes and no custom ops) passes through untouched (one
+cheap look at its inputs and op domains).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+import onnx
 from pydantic import BaseModel, Field
 
 from .. import fs
@@ -34,7 +36,8 @@ from ..errors import BadInputError
 CHUNK = 128  # generate_llm_qnn.py's default --chunk_size
 IMAGE_SIZE = (512, 512)  # generate_llm_qnn.py's default --image_sizes
 PREPARED_SUFFIX = ".qnn-debug.onnx"
-LOWERING_VERSION = "2"  # part of the prepared graph's key: a change here rewrites it
+PREFILL_SUFFIX = ".prefill.qnn-debug.onnx"  # logits_index folded to the prefill's -1 (the tool built the inputs)
+LOWERING_VERSION = "5"  # part of the prepared graph's key: a change here rewrites it
 DECODER_INPUTS = {"input_ids", "attention_mask", "position_ids"}
 VISION_INPUTS = {"patches", "position_ids", "attention_mask", "idx_tensor", "weight_tensor"}
 MAX_PEEK_BYTES = 512 << 20  # graphs larger than this (weights inline) are not llmexport graphs: not parsed twice
@@ -78,6 +81,14 @@ def _kind(dims: dict[str, list[int | None]]) -> Literal["decoder", "vision", "ot
     return "other"
 
 
+def _npz_names(inputs: str) -> set[str]:
+    """The array names of an ``.npz`` (every name of the graph for a test dir: it is fed as it is)."""
+    if not str(inputs).endswith(".npz") or not Path(inputs).is_file():
+        return {"logits_index"}
+    with fs.open_read(inputs, what="--inputs") as f, np.load(f, allow_pickle=False) as z:
+        return set(z.files)
+
+
 def _seq_from(kind: str, shapes: dict[str, list[int]], inputs: str | None) -> int | None:
     key = "patches" if kind == "vision" else "input_ids"
     if shapes.get(key):
@@ -106,7 +117,8 @@ def prepare_model(model: str | Path, *, shapes: dict[str, list[int]] | None = No
     from .custom_ops import custom_nodes
 
     custom = custom_nodes(graph)
-    if kind == "other" and not custom:
+    dynamic = any(d is None for v in dims.values() for d in v)
+    if not custom and (kind == "other" or not dynamic):  # a graph made for fixed shapes is the user's to feed
         return PreparedModel(model=str(model))
     shapes = dict(shapes or {})
     cfg = _llm_config(root)
@@ -116,8 +128,12 @@ def prepare_model(model: str | Path, *, shapes: dict[str, list[int]] | None = No
     seq = seq or CHUNK
     notes: list[str] = []
     run_path = path
-    if custom or (kind == "decoder" and "deepstack_embeds" in dims):
-        run_path, notes = _standard_graph(path, graph, cfg, seq, kind)
+    fold = (kind == "decoder" and "logits_index" in dims and "logits_index" not in shapes
+            and (inputs is None or "logits_index" not in _npz_names(inputs)))  # e.g. a baseline's inputs.npz
+    if custom or fold or (kind == "decoder" and "deepstack_embeds" in dims):
+        run_path, notes = _standard_graph(path, graph, cfg, seq, kind, fold)
+        if fold:
+            dims.pop("logits_index")
     if kind == "other":
         return PreparedModel(model=str(run_path), notes=notes)
     hidden = _hidden(dims, cfg)
@@ -143,15 +159,22 @@ def prepared_path(model: str | None) -> str | None:
     if model is None or not model.endswith(".onnx") or model.endswith(PREPARED_SUFFIX):
         return model
     path = Path(model)
-    out = path.with_name(path.name.removesuffix(".onnx") + PREPARED_SUFFIX)
+    for suffix in (PREFILL_SUFFIX, PREPARED_SUFFIX):
+        out = path.with_name(path.name.removesuffix(".onnx") + suffix)
+        if _current(out, path):
+            return str(out)
+    return model
+
+
+def _current(out: Path, path: Path) -> bool:
+    """Whether ``out`` was written from ``path`` as it is now."""
     if out.is_file() and path.is_file():
         from ..onnx_graph import load_onnx
 
         digest = _digest(path)
-        if any(p.key == "qnn_debug.source_sha256" and p.value == digest
-               for p in load_onnx(out, load_external_data=False).metadata_props):
-            return str(out)
-    return model
+        return any(p.key == "qnn_debug.source_sha256" and p.value == digest
+                   for p in load_onnx(out, load_external_data=False).metadata_props)
+    return False
 
 
 def _hidden(dims: dict[str, list[int | None]], cfg: dict[str, Any]) -> int:
@@ -186,21 +209,23 @@ def _digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _standard_graph(path: Path, graph: Any, cfg: dict[str, Any], seq: int, kind: str) -> tuple[Path, list[str]]:
+def _standard_graph(path: Path, graph: Any, cfg: dict[str, Any], seq: int, kind: str,
+                    fold: bool) -> tuple[Path, list[str]]:
     """The graph in standard ONNX beside the original (reused while the original is unchanged)."""
-    from ..onnx_graph import load_onnx
     from .custom_ops import lower_custom_ops
 
-    out = path.with_name(path.name.removesuffix(".onnx") + PREPARED_SUFFIX)
+    out = path.with_name(path.name.removesuffix(".onnx") + (PREFILL_SUFFIX if fold else PREPARED_SUFFIX))
+    if _current(out, path):
+        return out, [f"{path.name} read through {out.name} (standard ONNX, written earlier from the same graph)"]
     digest = _digest(path)
-    if out.is_file():
-        old = load_onnx(out, load_external_data=False)
-        if any(p.key == "qnn_debug.source_sha256" and p.value == digest for p in old.metadata_props):
-            return out, [f"{path.name} read through {out.name} (standard ONNX, written earlier from the same graph)"]
     scale = cfg.get("attn_scale")
     notes = lower_custom_ops(graph, str(path), float(scale) if isinstance(scale, int | float) else None, seq)
     if kind == "decoder":
         notes += _dynamic_deepstack(graph)
+    if fold:
+        notes += _fold_logits_index(graph)
+    _constants_as_initializers(graph)
+    _fold_small_constants(graph)
     meta = [p for p in graph.metadata_props if p.key != "qnn_debug.source_sha256"]
     del graph.metadata_props[:]
     graph.metadata_props.extend(meta)
@@ -214,6 +239,74 @@ def _standard_graph(path: Path, graph: Any, cfg: dict[str, Any], seq: int, kind:
                                  "from llm.onnx.data beside it)") from None
     return out, [f"{path.name} read through {out.name} (written beside it; its weights stay in the original data file)",
                  *notes]
+
+
+def _constants_as_initializers(graph: Any) -> None:
+    """``Constant`` nodes as initializers: torch names many of them ``Constant_155`` (no layer index) between a layer's
+    ops, so cutting the graph into layers and the ops between them left units of one lone constant that nothing
+    outside reads, and an empty session ONNX Runtime refuses. Values and tensor names are unchanged."""
+    kept = []
+    for n in graph.graph.node:
+        value = next((a.t for a in n.attribute if a.name == "value" and a.type == onnx.AttributeProto.TENSOR), None)
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and value is not None and len(n.attribute) == 1:
+            t = onnx.TensorProto()
+            t.CopyFrom(value)
+            t.name = n.output[0]
+            graph.graph.initializer.append(t)
+        else:
+            kept.append(n)
+    del graph.graph.node[:]
+    graph.graph.node.extend(kept)
+
+
+FOLDABLE = {"Cast", "Unsqueeze", "Squeeze", "Reshape", "Concat", "Gather", "Add", "Sub", "Mul", "Div", "Neg"}
+FOLD_MAX = 4096  # elements: index and shape arithmetic only, never a weight
+
+
+def _fold_small_constants(graph: Any) -> None:
+    """Small ops computed from initializers alone become initializers (the Cast of the folded ``logits_index``): a
+    block cut after them would otherwise be fed their value as an input, and a Slice whose start is an input is
+    refused by QNN with everything after it."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    opset = [o for o in graph.opset_import if o.domain in ("", "ai.onnx")]
+    inits = {t.name: t for t in graph.graph.initializer}
+    small = {n for n, t in inits.items() if not t.HasField("data_location") or t.data_location != onnx.TensorProto.EXTERNAL}
+    kept = []
+    for n in graph.graph.node:
+        ins = [i for i in n.input if i]
+        if (n.op_type in FOLDABLE and n.domain in ("", "ai.onnx") and ins and all(i in small for i in ins)
+                and all(int(np.prod(inits[i].dims)) <= FOLD_MAX for i in ins)):
+            g = helper.make_graph([n], "fold", [], [helper.make_tensor_value_info(o, 0, None) for o in n.output],
+                                  [inits[i] for i in dict.fromkeys(ins)])
+            try:
+                values = ReferenceEvaluator(helper.make_model(g, opset_imports=opset)).run(None, {})
+            except Exception:  # the reference evaluator cannot compute it: keep the node
+                kept.append(n)
+                continue
+            for name, v in zip(n.output, values, strict=True):
+                t = numpy_helper.from_array(np.asarray(v), name)
+                graph.graph.initializer.append(t)
+                inits[name] = t
+                small.add(name)
+        else:
+            kept.append(n)
+    del graph.graph.node[:]
+    graph.graph.node.extend(kept)
+
+
+def _fold_logits_index(graph: Any) -> list[str]:
+    """``logits_index`` as the constant -1 of a prefill (the last token's logits, as the runtime asks): a Slice whose
+    start is a graph input has a data-dependent shape, which QNN refuses with everything after it."""
+    from onnx import numpy_helper
+
+    kept = [i for i in graph.graph.input if i.name != "logits_index"]
+    del graph.graph.input[:]
+    graph.graph.input.extend(kept)
+    graph.graph.initializer.append(numpy_helper.from_array(np.asarray([-1], np.int32), "logits_index"))
+    return ["logits_index fixed to -1 (the prefill's last token, as the runtime asks) so the logits Slice has a "
+            "constant start QNN accepts; feed it yourself with an --inputs .npz that holds logits_index"]
 
 
 def _dynamic_deepstack(graph: Any) -> list[str]:
