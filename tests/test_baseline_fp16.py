@@ -14,29 +14,40 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from qnn_debug.baseline import run_baseline
+from qnn_debug.baseline_fp16 import U16, Fp16Arithmetic, gate_limit, limit_words
+from qnn_debug.baseline_models import GateOutput
 from qnn_debug.inputs import fix_input_shapes
-from qnn_debug.onnx_fp16 import fp16_signs, lift_to_fp32
+from qnn_debug.onnx_fp16 import Fp16Signs, fp16_signs, lift_to_fp32
 from qnn_debug_testkit.fp16_convert import to_fp16
 
 SHAPES = {"cls": [1, 3, 48, 192], "rec": [1, 3, 48, 160]}
 
 
-def _fp16(src: Path, kind: str, dst: Path) -> tuple[Path, Path]:
-    """(the fp16 model, its inputs): PP-OCR at a fixed shape, converted to fp16."""
+def _fp16(src: Path, kind: str, dst: Path, *, half_io: bool = False) -> tuple[Path, Path]:
+    """(the fp16 model, its inputs): PP-OCR at a fixed shape, converted to fp16; ``half_io``: its input float16
+    too (the input's Cast removed), as converters without keep_io_types write it."""
     model = to_fp16(fix_input_shapes(onnx.load(str(src)), {"x": SHAPES[kind]}))
-    onnx.save(model, str(dst))
     x = np.random.default_rng(0).uniform(-1, 1, SHAPES[kind]).astype(np.float32)
+    if half_io:
+        cast = next(n for n in model.graph.node if n.op_type == "Cast" and list(n.input) == ["x"])
+        model.graph.node.remove(cast)
+        for n in model.graph.node:
+            n.input[:] = ["x" if i == cast.output[0] else i for i in n.input]
+        model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+        x = x.astype(np.float16)
+    onnx.save(model, str(dst))
     np.savez(dst.with_suffix(".npz"), x=x)
     return dst, dst.with_suffix(".npz")
 
 
-@pytest.fixture(params=["cls", "rec"])
+@pytest.fixture(params=["cls", "cls-half-io", "rec"])
 def ppocr_fp16(request: pytest.FixtureRequest, ppocr_cls: Path, ppocr_rec: Path, tmp_path: Path) -> tuple[Path, Path]:
-    src = ppocr_cls if request.param == "cls" else ppocr_rec
-    return _fp16(src, request.param, tmp_path / f"{request.param}_fp16.onnx")
+    kind = request.param.split("-")[0]
+    return _fp16(ppocr_cls if kind == "cls" else ppocr_rec, kind, tmp_path / f"{kind}_fp16.onnx",
+                 half_io=request.param.endswith("half-io"))
 
 
 def test_fp16_ppocr_is_trusted_under_the_fp16_limit(ppocr_fp16: tuple[Path, Path], tmp_path: Path) -> None:
@@ -82,3 +93,20 @@ def test_fp16_signs_and_lift_on_real_graphs(ppocr_cls: Path, tmp_path: Path) -> 
     lifted = lift_to_fp32(onnx.load(str(model)))
     assert fp16_signs(lifted) is None
     onnx.checker.check_model(lifted)
+
+
+def test_gate_limit_rules() -> None:
+    """The fp32 rule where fp16 arithmetic does not reach; twice its error where it does, within [u16, 1e-2]."""
+    assert gate_limit(1.2e-3, None) == (pytest.approx(1.2e-4), "fp32")
+    assert gate_limit(None, None) == (1e-4, "fp32")
+    assert gate_limit(1e-3, 6e-4) == (pytest.approx(1.2e-3), "fp16")
+    assert gate_limit(1e-3, 1e-6) == (U16, "fp16")  # a float16 value is not known closer than its rounding
+    assert gate_limit(0.2, 1e-6) == (1e-2, "fp32")  # the floor's rule is the larger
+    assert gate_limit(None, 0.03) == (1e-2, "fp16")  # capped
+    out = GateOutput(name="y", rel_error=0.05, max_abs=1.0, ref_max_abs=1.0, floor_rel_error=0.1, limit=1e-2,
+                     passed=False, limit_rule="fp16", fp16_own_rel_error=0.03)
+    assert "capped" in limit_words(Fp16Arithmetic(signs=Fp16Signs(casts=2)), [out])
+    failed = Fp16Arithmetic(signs=Fp16Signs(initializers=3), error="ONNX Runtime cannot load the model: X")
+    words = limit_words(failed, [])
+    assert words.startswith("fp32 limit, although the graph computes in fp16 (3 float16 initializers)")
+    assert "cannot load the model: X" in words
