@@ -98,6 +98,11 @@ def test_baseline_trusts_the_fp16_torchscript_export_under_the_fp16_limit(torch_
     assert out["fp32_lift_rel_error"] < 1e-5  # MNN CPU computes the fp16 graph in fp32
     assert "float16 initializers" in gate["limit_why"] and "Casts to float16" in gate["limit_why"]
     assert "fp16 limit" in doc["sentence"]
+    _, res = _cli("baseline", str(path), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "user"),
+                  "--no-mnn-gate", "--mnn-model", str(tmp_path / "b" / "mnn_cpu" / "model.mnn"))
+    user = res["report"]["mnn_model"]["gate"]  # the user's .mnn alone (no converted one): the same fp16 limit
+    assert user["status"] == "passed" and user["outputs"][0]["limit_rule"] == "fp16", user
+    assert "within the fp16 limit" in res["report"]["sentence"]
 
 
 @pytest.mark.parametrize("model", ["a", "b"])

@@ -273,7 +273,9 @@ def _user_mnn_sentence(check: MnnModelCheck) -> str:
     g = check.gate
     name = Path(check.path).name
     if g.status == "passed":
-        verdict = f"Your {name} agrees with ONNX Runtime ({g.max_rel_error:.1e} on the outputs)."
+        fp16 = [o.limit for o in g.outputs if o.limit_rule == "fp16"]
+        within = f", within the fp16 limit {max(fp16):.1e} of this fp16 model" if fp16 else ""
+        verdict = f"Your {name} agrees with ONNX Runtime ({g.max_rel_error:.1e} on the outputs{within})."
     elif g.status == "failed":
         verdict = (f"Your {name} disagrees with ONNX Runtime ({g.note or 'see mnn_model.gate'}): the .mnn itself is wrong "
                    "before QNN is involved (conversion flags or a converter bug).")
