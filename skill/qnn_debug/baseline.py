@@ -12,7 +12,9 @@ The gate: two independent fp32 implementations (ONNX Runtime and MNN) must agree
 outputs far more closely than fp16 storage alone perturbs them, otherwise a later "HTP is off by X"
 cannot be told apart from "the reference is off by X". Per output the limit is a tenth of the floor's
 relative error, kept within [1e-4, 1e-2] (fp32 implementations differ by ~1e-6..1e-4 through
-summation order and Winograd convolutions). Tensors are paired as ``compare`` pairs them (a fused MNN op with
+summation order and Winograd convolutions). A graph that computes in fp16 (float16 weights, constants,
+inputs or casts) is computed in fp16 by ORT and in fp32 by MNN: where its fp16 arithmetic reaches, the limit
+is twice that arithmetic's own error, measured on the graph lifted to fp32 (:mod:`qnn_debug.baseline_fp16`). Tensors are paired as ``compare`` pairs them (a fused MNN op with
 the last model node it covers); the first tensor in graph order beyond its own limit is named as the cause,
 the worst as where the error grew. MNN gets every input in the dtype its ``.mnn`` declares, converted by value
 (:mod:`qnn_debug.mnn.feeds`: int64 token ids become int32, an id beyond int32 is refused).
@@ -35,6 +37,15 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import ValidationError
 
 from . import fs
+from .baseline_fp16 import (  # noqa: F401  (GATE_*: re-exported, the gate's constants)
+    GATE_FLOOR_FRACTION,
+    GATE_MAX_LIMIT,
+    GATE_MIN_LIMIT,
+    Fp16Arithmetic,
+    gate_limit,
+    limit_words,
+    measure_fp16,
+)
 from .baseline_models import (  # noqa: F401  (re-exported: the result models live in the light module)
     BASELINE_SCHEMA,
     BaselineReport,
@@ -71,7 +82,6 @@ if TYPE_CHECKING:
     from .onnx_graph import NodeInfo
     from .runstore import TensorRecord
 
-GATE_MIN_LIMIT, GATE_MAX_LIMIT, GATE_FLOOR_FRACTION = 1e-4, 1e-2, 0.1
 NEAR_ZERO = 1e-4  # an output whose largest magnitude is below this carries no signal to compare
 # Tried with MNN 3.6.1's expression API (load_as_dict, evaluate op by op, Var.replace each output with its
 # fp16-rounded value): most ops work, but on PP-OCR cls every op behind a Shape → Slice → Reshape chain
@@ -113,9 +123,9 @@ def run_baseline(model: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     user_mnn = _check_user_mnn(mnn_model, fmt)
     out_dir = _prepare_dir(Path(out), force)
     if fmt == "onnx":
-        report = _onnx_baseline(path, out_dir, inputs, shapes, seed, progress, mnn_gate)
+        report, fp16 = _onnx_baseline(path, out_dir, inputs, shapes, seed, progress, mnn_gate)
         if user_mnn is not None:
-            _gate_user_mnn(report, user_mnn, out_dir, progress)
+            _gate_user_mnn(report, user_mnn, out_dir, progress, fp16)
     else:
         report = _mnn_baseline(path, out_dir, inputs, shapes, seed, progress)
     return finish_baseline(out_dir, report, progress)
@@ -199,8 +209,10 @@ def _check_user_mnn(mnn_model: str | os.PathLike[str] | None, fmt: str) -> Path 
     return p
 
 
-def _gate_user_mnn(report: BaselineReport, user: Path, out: Path, progress: Progress) -> None:
-    """Run the user's .mnn on MNN CPU, gate it like the converted one, and compare the two models."""
+def _gate_user_mnn(report: BaselineReport, user: Path, out: Path, progress: Progress,
+                   fp16: Fp16Arithmetic | None) -> None:
+    """Run the user's .mnn on MNN CPU, gate it like the converted one (``fp16``: the model's own fp16 error, for an
+    fp16 model's limit), and compare the two models."""
     from .runstore import sha256_file
     from .targets.mnn_cpu import run_mnn_cpu
 
@@ -215,8 +227,12 @@ def _gate_user_mnn(report: BaselineReport, user: Path, out: Path, progress: Prog
 
     source = ensure_node_names(load_onnx(report.model))  # its nodes named as the reference named them
     run = run_mnn_cpu(user, inputs, out / MNN_USER_DIR, role="mnn_cpu", progress=progress, source_onnx=source)
+    if fp16 is None and report.gate.status == "skipped":  # --no-mnn-gate: not measured yet
+        from .inputs import fix_input_shapes
+
+        fp16 = measure_fp16(fix_input_shapes(source, inputs.shapes), reference, arrays)
     with progress.stage("baseline: your .mnn", total=None, message="baseline: comparing your .mnn with ONNX Runtime"):
-        gate = gate_report(reference, run, floor, producers=producer_map(source))
+        gate = gate_report(reference, run, floor, producers=producer_map(source), fp16=fp16)
     converted = out / MNN_DIR / "model.mnn"
     same: bool | None = None
     diffs: list[str] = []
@@ -257,7 +273,9 @@ def _user_mnn_sentence(check: MnnModelCheck) -> str:
     g = check.gate
     name = Path(check.path).name
     if g.status == "passed":
-        verdict = f"Your {name} agrees with ONNX Runtime ({g.max_rel_error:.1e} on the outputs)."
+        fp16 = [o.limit for o in g.outputs if o.limit_rule == "fp16"]
+        within = f", within the fp16 limit {max(fp16):.1e} of this fp16 model" if fp16 else ""
+        verdict = f"Your {name} agrees with ONNX Runtime ({g.max_rel_error:.1e} on the outputs{within})."
     elif g.status == "failed":
         verdict = (f"Your {name} disagrees with ONNX Runtime ({g.note or 'see mnn_model.gate'}): the .mnn itself is wrong "
                    "before QNN is involved (conversion flags or a converter bug).")
@@ -337,7 +355,8 @@ def _prepare_dir(out: Path, force: bool) -> Path:
 
 
 def _onnx_baseline(path: Path, out: Path, inputs: str | os.PathLike[str] | None, shapes: dict[str, list[int]] | None,
-                   seed: int, progress: Progress, mnn_gate: bool) -> BaselineReport:
+                   seed: int, progress: Progress, mnn_gate: bool) -> tuple[BaselineReport, Fp16Arithmetic | None]:
+    """The ONNX baseline's report, and the model's own fp16 error when it computes in fp16 (the gate's limit)."""
     from .inputs import fix_input_shapes, prepare_inputs, save_npz
     from .onnx_graph import ensure_node_names, graph_inputs, load_onnx, producer_map
     from .runstore import sha256_file
@@ -355,6 +374,7 @@ def _onnx_baseline(path: Path, out: Path, inputs: str | os.PathLike[str] | None,
     reference = run_reference(path, fixed, prepared, out / REFERENCE_DIR, progress=progress)
     floor = run_floor(path, fixed, prepared, out / FLOOR_DIR, progress=progress)
     runs = {"reference": REFERENCE_DIR, "fp16_floor": FLOOR_DIR}
+    fp16: Fp16Arithmetic | None = None
     if qdq:
         gate = GateReport(status="not_applicable",
                           note="QDQ model: MNN's converter does not carry QDQ graphs over (a 47-node A8W8 model "
@@ -370,13 +390,15 @@ def _onnx_baseline(path: Path, out: Path, inputs: str | os.PathLike[str] | None,
         mnn = run_mnn_cpu(path, prepared, out / MNN_DIR, role="mnn_cpu", onnx_model=fixed, progress=progress)
         runs["mnn_cpu"] = MNN_DIR
         with progress.stage("baseline: gate", total=None, message="baseline: comparing MNN CPU with ONNX Runtime"):
-            gate = gate_report(reference, mnn, floor, producers=producer_map(fixed))
+            fp16 = measure_fp16(fixed, reference, prepared.arrays)
+            gate = gate_report(reference, mnn, floor, producers=producer_map(fixed), fp16=fp16)
         trusted, sentence = _verdict(gate)
-    return BaselineReport(
+    report = BaselineReport(
         model=str(path.resolve()), model_format="onnx", model_sha256=sha256_file(path),
         reference="ort-cpu fake-quant" if qdq else "ort-cpu", qdq_model=qdq, inputs=prepared.info,
         trusted=trusted, sentence=sentence, gate=gate, floor="built", runs=runs,
     )
+    return report, fp16
 
 
 def _mnn_baseline(path: Path, out: Path, inputs: str | os.PathLike[str] | None, shapes: dict[str, list[int]] | None,
@@ -409,8 +431,11 @@ def rel_error(test: np.ndarray, ref: np.ndarray) -> tuple[float | None, float | 
 
 
 def gate_report(reference: Run, mnn: Run, floor: Run | None, *,
-                producers: Mapping[str, NodeInfo] | None = None) -> GateReport:
+                producers: Mapping[str, NodeInfo] | None = None, fp16: Fp16Arithmetic | None = None) -> GateReport:
     """MNN CPU vs ORT CPU on every tensor they share; the final outputs decide.
+
+    ``fp16`` (:func:`qnn_debug.baseline_fp16.measure_fp16`): the model computes in fp16, and each tensor its fp16
+    arithmetic reaches is held to the fp16 limit instead of the fp32 one (:func:`qnn_debug.baseline_fp16.gate_limit`).
 
     Tensors are paired as ``compare`` pairs them (:func:`qnn_debug.compare.align.align`): a fused MNN op's
     output goes with the last model node it covers, which needs the ONNX ``producers``. Besides the worst
@@ -437,15 +462,21 @@ def gate_report(reference: Run, mnn: Run, floor: Run | None, *,
         if score > worst_rel:
             worst_name, worst_rel = rec.name, score
         floor_rel = rel_error(floor.array(rec.name), ref)[0] if floor is not None and floor.has(rec.name) else None
-        limit = _gate_limit(floor_rel)
+        own = fp16.own.get(rec.name) if fp16 is not None else None
+        limit, rule = gate_limit(floor_rel, own)
         if first is None and score > limit and _max_abs(ref) >= NEAR_ZERO:
             first = (rec, rel, limit)
         if rec.name in outputs and pair.alias is None:
+            lift = fp16.lift_outputs.get(rec.name) if fp16 is not None else None
             per_output.append(GateOutput(name=rec.name, rel_error=rel, max_abs=max_abs, floor_rel_error=floor_rel,
                                          ref_max_abs=_max_abs(ref), limit=limit,
-                                         passed=rel is not None and rel <= limit))
+                                         passed=rel is not None and rel <= limit, limit_rule=rule,
+                                         fp16_own_rel_error=own,
+                                         fp32_lift_rel_error=None if lift is None else rel_error(got, lift)[0]))
     report = GateReport(status="failed", compared_tensors=compared, shape_mismatches=mismatches[:50],
-                        worst_tensor=worst_name, worst_tensor_rel_error=_finite(worst_rel), outputs=per_output)
+                        worst_tensor=worst_name, worst_tensor_rel_error=_finite(worst_rel), outputs=per_output,
+                        arithmetic="fp32" if fp16 is None else "fp16",
+                        limit_why=limit_words(fp16, per_output))
     if first is not None:
         report.first_divergent, report.first_divergent_op = first[0].name, _op_words(first[0])
         report.first_divergent_rel_error, report.first_divergent_limit = first[1], first[2]
@@ -474,11 +505,6 @@ def _not_counted(report: GateReport) -> None:
     report.first_divergent_rel_error = report.first_divergent_limit = None
 
 
-def _gate_limit(floor_rel: float | None) -> float:
-    """A tenth of the fp16 floor's relative error, kept within [1e-4, 1e-2] (see the module docstring)."""
-    return min(GATE_MAX_LIMIT, max(GATE_MIN_LIMIT, GATE_FLOOR_FRACTION * (floor_rel or 0.0)))
-
-
 def _op_words(rec: TensorRecord) -> str | None:
     if rec.op is None:
         return None
@@ -498,6 +524,12 @@ def _finite(x: float) -> float | None:
 
 
 def _verdict(gate: GateReport) -> tuple[bool, str]:
+    fp16 = any(o.limit_rule == "fp16" for o in gate.outputs)
+    if gate.status == "passed" and fp16:
+        limit = max(o.limit for o in gate.outputs)
+        return True, (f"Trusted: MNN CPU (fp32) and ONNX Runtime (fp16) agree on the final outputs to "
+                      f"{gate.max_rel_error:.1e} relative error, within the fp16 limit {limit:.1e}: the model computes "
+                      f"in fp16 and that is the size of its own fp16 rounding (see gate.limit_why).")
     if gate.status == "passed":
         return True, (f"Trusted: MNN CPU and ONNX Runtime agree on the final outputs to {gate.max_rel_error:.1e} "
                       f"relative error, well below the fp16 floor.")
@@ -511,8 +543,15 @@ def _verdict(gate: GateReport) -> tuple[bool, str]:
     if o.ref_max_abs < NEAR_ZERO:
         return False, (f"Not trusted: output {o.name!r} is almost zero everywhere for these inputs (max |x| = "
                        f"{o.ref_max_abs:.1e}), so relative errors say nothing; pass realistic inputs with --inputs.")
+    if o.limit_rule == "fp16":
+        rule = (f"fp16 limit {o.limit:.1e}: twice the {o.fp16_own_rel_error or 0:.1e} by which the model's own fp16 "
+                f"arithmetic moves it")
+    elif gate.arithmetic == "fp16":
+        rule = f"limit {o.limit:.1e}, the fp32 rule although the model computes in fp16: see gate.limit_why"
+    else:
+        rule = f"limit {o.limit:.1e}"
     return False, (f"Not trusted: MNN CPU and ONNX Runtime disagree on output {o.name!r} by {o.rel_error:.1e} "
-                   f"relative error (limit {o.limit:.1e}), so a QNN error of that size could be the reference's. "
+                   f"relative error ({rule}), so a QNN error of that size could be the reference's. "
                    f"{_where(gate)}")
 
 

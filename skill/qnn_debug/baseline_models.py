@@ -28,6 +28,10 @@ class GateOutput(BaseModel):
     floor_rel_error: float | None
     limit: float
     passed: bool
+    # which rule set ``limit``: "fp32" (a tenth of the fp16 floor) or "fp16" (twice the model's own fp16 error)
+    limit_rule: Literal["fp32", "fp16"] = "fp32"
+    fp16_own_rel_error: float | None = None  # fp16 models: ORT's fp16 run vs the same graph lifted to fp32
+    fp32_lift_rel_error: float | None = None  # fp16 models: MNN CPU vs that fp32 lift (MNN computes in fp32)
 
 
 class GateReport(BaseModel):
@@ -48,6 +52,8 @@ class GateReport(BaseModel):
     outputs: list[GateOutput] = Field(default_factory=list)
     shape_mismatches: list[str] = Field(default_factory=list)
     note: str = ""
+    arithmetic: Literal["fp32", "fp16"] = "fp32"  # what the graph computes in, read from it (float16 weights, casts)
+    limit_why: str = ""  # which limit applied to the outputs and why
 
 
 class MnnModelCheck(BaseModel):

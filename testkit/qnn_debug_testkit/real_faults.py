@@ -27,7 +27,8 @@ from pydantic import BaseModel
 
 FaultName = Literal["rotary_without_neg", "mrope_chunked", "deepstack_dropped", "mask_zeroed", "massive_activation",
                     "visual_rotary_without_neg", "mnn_rotary_without_neg", "mnn_deepstack_dropped", "index_quant",
-                    "mask_dtype_config", "renamed_folder", "mnn_roundtrip", "torch_rotary_without_neg"]
+                    "mask_dtype_config", "renamed_folder", "mnn_roundtrip", "torch_rotary_without_neg",
+                    "torch_weight_scaled"]
 
 
 class RealFault(BaseModel):
@@ -291,3 +292,20 @@ def torch_rotary_without_neg(src: Path, dst: Path, layer: int) -> RealFault:
     return RealFault(fault="torch_rotary_without_neg", folder=str(dst.parent), file=str(dst), layer=layer,
                      op=concat.name, detail=f"{neg.name} removed")
 
+
+
+def torch_weight_scaled(src: Path, dst: Path, layer: int, factor: float, *, linear: str = "mlp/down_proj") -> RealFault:
+    """A ``torch.onnx.export`` graph (TorchScript names) whose layer ``layer`` linear ``linear`` has its weight
+    multiplied by ``factor``, in the weight's own dtype (float16 in an fp16 export): a stale or wrongly
+    re-exported weight, the same graph otherwise."""
+    model = onnx.load(str(src))
+    op = f"/model/model/layers.{layer}/{linear}/MatMul"
+    node = _node(model, op)
+    inits = {i.name: i for i in model.graph.initializer}
+    name = next(x for x in node.input if x in inits)
+    w = numpy_helper.to_array(inits[name])
+    inits[name].CopyFrom(numpy_helper.from_array((w.astype(np.float32) * factor).astype(w.dtype), name))
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(dst))
+    return RealFault(fault="torch_weight_scaled", folder=str(dst.parent), file=str(dst), layer=layer, op=op,
+                     detail=f"{name} ({w.dtype}) x {factor}")
