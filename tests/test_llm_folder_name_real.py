@@ -46,7 +46,9 @@ def test_real_text_export_linked_under_a_vl_name(real_exports: Callable[[str, st
 @pytest.mark.parametrize("model", tier.MODELS)
 def test_real_vl_export_under_its_exporter_name_is_linked_and_gets_its_visual_io(
         real_exports: Callable[[str, str, str], Path], tmp_path: Path, model: str) -> None:
-    folder = real_exports("qwen3_vl", model, "mnn")  # llmexport's --dst_path here names no family
+    exported = real_exports("qwen3_vl", model, "mnn")  # the tier's cache path names the family: link it under
+    folder = tmp_path / "toy-export"                   # a --dst_path that names none, as users' often do
+    folder.symlink_to(exported, target_is_directory=True)
     assert NAME_FINDINGS & _ids(_json(["llm-check", str(folder)]))
     link = tmp_path / "Qwen3-VL-toy"
     link.symlink_to(folder, target_is_directory=True)
@@ -54,7 +56,7 @@ def test_real_vl_export_under_its_exporter_name_is_linked_and_gets_its_visual_io
     fixed = _json(["fix", str(folder), "--out", str(tmp_path / "out")])
     assert fixed["proven"], fixed
     made = Path(fixed["artefact"])
-    assert made.is_symlink() and Path(os.path.realpath(made)) == folder.resolve() and "Qwen3-VL" in made.name
+    assert made.is_symlink() and Path(os.path.realpath(made)) == exported.resolve() and "Qwen3-VL" in made.name
     visual = _json(["llm-check", str(made)])["visual"]
     assert visual["outputs"] == ["image_embeds", "deepstack_feature"]  # Qwen3-VL's encoder returns both
     io = json.loads((tmp_path / "out" / "visual_io.json").read_text())
