@@ -40,6 +40,11 @@ from .mnn_extras import MnnExtras, OpExtras, TensorEncoding, read_mnn_extras
 from .segments import NOT_EXECUTED, Partition, dead_ops, integer_tensors, partition
 
 C4_FUSED = {305: "LinearAttention", 306: "RoPE", 307: "FusedLinear", 308: "GatedRMSNorm"}
+# The BinaryOp operations MNN's QNN creator translates (sources.QNN_BINARY_TYPES); a BinaryOp of any other kind is
+# refused like an unregistered op. MUL_SILU comes from the converter's C4 fusion, so it goes with the C4 remedy.
+QNN_BINARY = {"ADD", "SUB", "MUL", "DIV", "POW", "REALDIV", "MINIMUM", "MAXIMUM", "GREATER", "GREATER_EQUAL", "LESS",
+              "FLOORDIV", "LESS_EQUAL", "FLOORMOD", "EQUAL", "MOD", "LOGICALOR", "NOTEQUAL"}
+C4_FUSED_BINARY = {"MUL_SILU"}
 
 
 def _registered() -> set[str]:
@@ -96,20 +101,26 @@ def _unregistered(model: MnnModel, extras: MnnExtras, part: Partition, folder: E
     registered = _registered()
     skipped = set(part.folded) | dead_ops(model)  # constant at resize time, or output unused (dropped before QNN)
     hits: list[tuple[int, str]] = []
+    fused_binary: set[str] = set()
     for seg in part.npu_segments:
         for p in seg.ops:
             op = model.ops[p]
-            if p in skipped or op.type_name in NOT_EXECUTED or op.type_name in registered:
+            x = extras.ops.get(p)
+            arith = x.arith if x is not None and op.type_name == "BinaryOp" else None
+            refused_binary = arith is not None and arith not in QNN_BINARY
+            if p in skipped or op.type_name in NOT_EXECUTED or (op.type_name in registered and not refused_binary):
                 continue
             label = op.type_name
-            x = extras.ops.get(p)
+            if refused_binary:
+                label = f"BinaryOp {arith} (no QNN translation: 'MNN_QNN: Not supported Binary type.')"
+                fused_binary.add(str(arith))
             if x is not None and x.extra_type:
                 label = f"Extra (custom op {x.extra_type!r} the export did not convert)"
             hits.append((seg.index, f"op {p} {op.name!r}: {label} (OpType {op.type_id}) in NPU segment {seg.index}"))
     if not hits:
         return []
     ids = {model.ops[int(e.split()[1].rstrip(':'))].type_id for _, e in hits}
-    c4 = sorted(C4_FUSED[i] for i in ids if i in C4_FUSED)
+    c4 = sorted(C4_FUSED[i] for i in ids if i in C4_FUSED) + sorted(fused_binary & C4_FUSED_BINARY)
     kv_note = (f" With KVCACHE_SIZE_LIMIT {part.kv_limit} > 0 every op is NPU-eligible, so KV Attention and "
                "LinearAttention go into the QNN graph; use --max_history_token 0 for generate_llm_qnn.py."
                if part.kv_limit > 0 else "")
@@ -121,7 +132,8 @@ def _unregistered(model: MnnModel, extras: MnnExtras, part: Partition, folder: E
         id="unregistered_op_in_npu_segment", graph=graph, step=2, severity="error",
         title=f"{graph}: {len(hits)} op(s) without a QNN implementation inside NPU segments" + (f" (C4-fused: {', '.join(c4)})" if c4 else ""),
         evidence=[e for _, e in hits[:20]] + ([f"… {len(hits) - 20} more"] if len(hits) > 20 else []),
-        consequence=("compilefornpu prints 'MNN_QNN: Not registered type N' and runs the op on CPU, but no copy is "
+        consequence=("compilefornpu prints 'MNN_QNN: Not registered type N' (for a BinaryOp of an untranslated kind: "
+                     "'Not supported Binary type.') and runs the op on CPU, but no copy is "
                      "inserted across the boundary; the next QNN op misses the tensor map and bakes that tensor as a "
                      "constant: SIGSEGV in QnnFloatToHalf when its host buffer is null (alibaba/MNN#4716), silently "
                      "wrong constants otherwise."),
@@ -129,7 +141,8 @@ def _unregistered(model: MnnModel, extras: MnnExtras, part: Partition, folder: E
         how_to_see=f"`{command_line(['llm-check', folder.dir])}` lists them; in a compilefornpu log look for 'Not registered type' "
                    "and 'Tensor usage is 0.' just before the crash",
         sources=[r.cite() for r in (S.REGISTER_QNN_OPS, S.NOT_REGISTERED, S.NO_COPY_IN_CONVERT, S.MAP_MISS_BAKES, S.BREAK_OPS,
-                                    S.NPU_SUPPORT, S.C4_OFF_FOR_NPU)])]
+                                    S.NPU_SUPPORT, S.C4_OFF_FOR_NPU)]
+        + ([r.cite() for r in (S.QNN_BINARY_TYPES, S.MUL_SILU_FUSE)] if fused_binary else []))]
 
 
 def slice_refused(op_inputs: int, extra: OpExtras | None) -> str | None:
@@ -262,7 +275,10 @@ def _settings_findings(st: ExportSettings, folder: ExportFolder, model: MnnModel
                 title=f"generate_llm_qnn.py would feed a {used} attention_mask to a model whose input is {model_mask}",
                 evidence=[f"llm_config.json attention_mask = {cfg_mask!r}" if cfg_mask else "llm_config.json has no attention_mask (default 'int')",
                           f"llm.mnn input attention_mask dtype = {model_mask}"],
-                consequence="generateIO writes test inputs of the wrong type: compilefornpu fails or bakes a wrong mask",
+                consequence=("generateIO writes test inputs of the wrong type: measured on a host MNN build, it keeps the "
+                             "model's float mask and writes the int mask's bit patterns into it (e.g. 7e-45 where a float "
+                             "mask holds 0.0), and compilefornpu still builds the graphs: nothing fails, but "
+                             "compilefornpu's NPU-vs-CPU check runs on that mask and says nothing about the real one"),
                 remedy=f"set \"attention_mask\": \"{model_kind}\" in {Path(folder.dir) / 'llm_config.json'}",
                 sources=[S.MASK_DEFAULT.cite(), S.CHUNK_CONFIGS.cite()]))
     if st.kv_limit > 0:

@@ -41,7 +41,12 @@ _PARAM_EXTRA = 78
 # table StridedSliceParam: Index, T, beginMask, endMask, ellipsisMask, newAxisMask, shrinkAxisMask, fromType
 _SS_ELLIPSIS, _SS_NEW_AXIS, _SS_FROM_TYPE = 4, 5, 7
 _PARAM_ATTENTION = 98
-BINARY_OPS = {0: "ADD", 1: "SUB", 2: "MUL", 3: "DIV", 6: "POW", 7: "REALDIV", 8: "MINIMUM", 9: "MAXIMUM"}
+# MNN's BinaryOpOperation (schema/default/TensorflowOp.fbs); MUL_SILU is the converter's fused silu(a) * b
+BINARY_OPS = {0: "ADD", 1: "SUB", 2: "MUL", 3: "DIV", 4: "MAX_TEMP", 5: "MIN_TEMP", 6: "POW", 7: "REALDIV",
+              8: "MINIMUM", 9: "MAXIMUM", 10: "GREATER", 11: "GREATER_EQUAL", 12: "LESS", 13: "FLOORDIV",
+              14: "SquaredDifference", 15: "EQUAL", 16: "LESS_EQUAL", 17: "FLOORMOD", 19: "MOD", 20: "ATAN2",
+              21: "LOGICALOR", 22: "NOTEQUAL", 23: "BITWISE_AND", 24: "BITWISE_OR", 25: "BITWISE_XOR",
+              26: "LOGICALXOR", 27: "LEFTSHIFT", 28: "RIGHTSHIFT", 29: "MUL_SILU"}
 ELTWISE_OPS = {0: "PROD", 1: "SUM", 2: "MAXIMUM", 3: "SUB"}
 # The ``external`` [offset, size] field (weights kept in ``<model>.weight``): Convolution2D slot 6, Blob slot 9.
 _EXTERNAL_SLOT = {_PARAM_CONV: 6, _PARAM_BLOB: 9}

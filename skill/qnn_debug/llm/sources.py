@@ -29,6 +29,12 @@ REGISTER_QNN_OPS = _ref("source/backend/qnn/backend/QNNUtils.cpp", "115-160",
                         "registerQNNOps: the only OpTypes with a QNN creator")
 NOT_REGISTERED = _ref("source/backend/qnn/backend/QNNBackend.cpp", "1621-1627",
                       "an op without a creator prints 'MNN_QNN: Not registered type N' and runs on CPU")
+QNN_BINARY_TYPES = _ref("source/backend/qnn/execution/QNNBinary.cpp", "175-210",
+                        "the QNN BinaryOp creator translates 18 operations; any other (e.g. the converter's fused "
+                        "MUL_SILU) prints 'MNN_QNN: Not supported Binary type.' and the op runs on CPU")
+MUL_SILU_FUSE = _ref("tools/converter/source/optimizer/postconvert/FuseTransformerC4.cpp", "fuseMulSilu",
+                     "the converter's transformer C4 pass (on by default, --transformerFuseC4) fuses silu(gate) * up "
+                     "into one BinaryOp MUL_SILU")
 NO_COPY_IN_CONVERT = _ref("source/core/WrapExecution.cpp", "22",
                           "needWrap is false for backend types >= MNN_CONVERT_QNN: no copy across the boundary")
 MAP_MISS_BAKES = _ref("source/backend/qnn/backend/QNNBackend.cpp", "2094-2111",
