@@ -2,23 +2,10 @@
 summary sentence (the next steps are in :mod:`.steps` and :mod:`.steps_range`).
 
 Every sentence of a comparison is built here, from numbers the earlier stages measured; nothing here decides.
-Each verdict rule (:mod:`.rules`) uses one sentence function and one next-steps function from here.
+Each verdict rule (:mod:`.rules`) uses one sentence function from here and one next-steps function from :mod:`.steps`.
 The summary states the verdict with its numbers (SQNR against the reference and the floor, local error,
 ranges, encodings) and what they mean.
-
-Next steps are structured (:class:`~qnn_debug.next_step.NextStep`: MCP tool, runnable ``qnn-debug`` line,
-why) and derived from the comparison alone — its paths, verdict, op types and observer effect — so the CLI,
-the MCP tools, the report and the engine API all show the same ones (``CompareResult.next_steps``). Every
-step carries a command: advice that has none of its own (edit the model, re-calibrate) rides on the
-command that carries it out or checks it, and a value only the user knows is a quoted variable its ``why``
-explains. A verdict without a next step leaves the user stuck exactly when the answer is "precision, no
-single op" (PP-OCR rec on the simulator: ~18 dB below the floor, no op to blame).
-
-Why these steps (measured on the HTP simulator): marking every tensor blocks ORT's graph fusions, and
-fusions change HTP numerics as a whole-graph effect — PP-OCR rec's output went from 30.8 dB (unmarked)
-to 46.3 dB with ``ConvBNFusion`` off, MiniLM's from 37.8 dB to 48.3 dB with ``MatMulAddFusion`` off. So
-a precision verdict is followed by a re-dump with the fusion off and by the unmarked outputs, which
-every htp-sim run keeps in ``unmarked_outputs.npz``.
+Why the steps are what they are is said in :mod:`.steps`.
 """
 
 from __future__ import annotations
