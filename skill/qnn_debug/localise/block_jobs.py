@@ -79,11 +79,14 @@ def plan(cut: StreamedCut, budget: int, slots: int) -> tuple[list[list[int]], li
     names = [cut.tgt_blocks[k].name for k in sent]
     outside = [bool(cut.ref_blocks[k].label) for k in sent]
     groups = plan_groups(costs, budget, names)  # refuses a block that cannot fit a process
-    if slots > 1 and costs:
-        share = max(budget // slots, PROCESS_BASE + max(costs))
-        groups = plan_groups(costs, share, names)
-        layers = [i for i in range(len(costs)) if not outside[i]]
-        if len(groups) < 2 * slots and layers:
+    layers = [i for i in range(len(costs)) if not outside[i]]
+    if slots > 1 and layers:
+        # the layers' jobs within a share of the node's budget, so ``slots`` of them run at once; a segment
+        # outside the layers (the LM head: at 1.7B width it alone needs most of a 4G budget) is a job of its own
+        # under its own memory, and must not size the layers' jobs (it did: one job at a time)
+        share = max(budget // slots, PROCESS_BASE + max(costs[i] for i in layers))
+        groups = plan_groups([0 if outside[i] else c for i, c in enumerate(costs)], share, names)
+        if len(groups) < 2 * slots:
             # the layers alone in equal runs (the ops outside them stand alone anyway, and their cost in memory
             # says little about their time: the head's is large, its session short)
             runs = [[layers[j] for j in g] for g in balanced([costs[i] for i in layers], 2 * slots)]
