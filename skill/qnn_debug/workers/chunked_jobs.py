@@ -73,9 +73,10 @@ class _Unit:
 
 def unmarked_unit(args: dict[str, Any]) -> dict[str, Any]:
     """Unit ``args["unit"]`` unmarked; its outputs saved in ``args["out"]``."""
+    started = time.time()
     unit = _Unit(args)
     _save(args["out"], unit.run(unit.model, unit.outputs))
-    return {"files": [args["out"]], "sim_s": round(unit.sim_s, 3)}
+    return {"files": [args["out"]], "sim_s": round(unit.sim_s, 3), "span": [started, time.time()]}
 
 
 def marked_unit(args: dict[str, Any]) -> dict[str, Any]:
