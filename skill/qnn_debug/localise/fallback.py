@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..compare.thresholds import Thresholds
-from ..errors import QnnDebugError
+from ..errors import QnnDebugError, WorkerLostError
 from ..progress import NULL_PROGRESS, Progress
 from ..workers.htp_worker import MARKED_STAGE
 from .models import FallbackReport, Method  # noqa: F401  (re-exported)
@@ -132,6 +132,8 @@ def localise_without_full_dump(model: Path, reference_model: Path, out: Path, ba
             result.verdict.evidence["full_dump_not_used"] = reason
             return result, report
         report.attempts.append(f"chunked marking: {lie.replace('marking every tensor', 'marking one chunk')}")
+    except WorkerLostError:
+        raise  # the jobs already done are kept: the same command resumes them, a bisection would start over
     except QnnDebugError as e:
         report.attempts.append(f"chunked marking failed: {e.message}")
     report.method = "bisect"
