@@ -152,3 +152,15 @@ def test_a_rerun_reuses_kept_jobs_only_while_their_files_exist(tmp_path: Path, e
     (tmp_path / "b.txt").unlink()  # what b wrote is gone: b runs again, a and c are still good
     assert run() == ["a", "b", "c", "b"]
     assert (tmp_path / "c.txt").read_text(encoding="utf-8") == "a b c"
+
+
+def test_jobs_ready_together_are_submitted_critical_path_first(tmp_path: Path) -> None:
+    from qnn_debug.parallel.jobs import schedule
+
+    # the chunked-marking shape, listed marked-first: m<k> and u<k> wait for u<k-1>; the chain u0 -> u1 -> u2 is
+    # the critical path, so of two jobs ready together the unmarked one goes first
+    jobs = _steps(tmp_path, [("m0", (), 0), ("u0", (), 0), ("m1", ("u0",), 0), ("u1", ("u0",), 0),
+                             ("m2", ("u1",), 0), ("u2", ("u1",), 0), ("u3", ("u2",), 0)])
+    order = [jobs[i].key for i in schedule(jobs, list(range(len(jobs))))]
+    assert order == ["u0", "m0", "u1", "m1", "u2", "m2", "u3"]
+    assert [jobs[i].key for i in schedule(jobs, [0, 2, 4])] == ["m0", "m1", "m2"]  # the others kept: still in order
