@@ -113,9 +113,9 @@ def run_streamed(model_path: Path, out: Path, *, inputs: Path, provider: dict[st
         from ..parallel.ray_engine import started_s
 
         engine["engine_start_s"] = started_s() or 0.0
-    spans = [r["span"] for r in results[0::2] if r.get("span")]
-    # how long the chain of unmarked units waited between its jobs (the critical path starved by marked jobs)
-    engine["chain_waits_s"] = round(sum(max(0.0, b[0] - a[1]) for a, b in itertools.pairwise(spans)), 3)
+    if executor.slots > 1:  # how long the chain of unmarked units waited between its jobs (its critical path)
+        spans = [r["span"] for r in results[0::2] if r.get("span")]
+        engine["chain_waits_s"] = round(sum(max(0.0, b[0] - a[1]) for a, b in itertools.pairwise(spans)), 3)
     _assemble(run_dir, record, units, plan, prepared.arrays, results, provider, engine)
     shutil.rmtree(work, ignore_errors=True)  # the run is written: the jobs' files are no longer needed
     return load_run(run_dir)
