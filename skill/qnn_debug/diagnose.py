@@ -30,6 +30,7 @@ from .progress import NULL_PROGRESS, Progress
 from .targets import DEFAULT_TARGET, Precision
 
 if TYPE_CHECKING:
+    from .parallel import ParallelOptions
     from .runstore import TensorSpec
 
 INPUTS_FILE = "inputs.npz"
@@ -42,8 +43,8 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
              soc_model: int = DEFAULT_SOC, htp_arch: int | None = None, seed: int = 0, force: bool = False,
              mnn_gate: bool = True, target_options: dict[str, str] | None = None, timeout: float = 1800.0,
              reference_model: str | os.PathLike[str] | None = None, max_memory: int | None = None,
-             mnn_model: str | os.PathLike[str] | None = None,
-             progress: Progress = NULL_PROGRESS) -> DiagnoseResult:
+             mnn_model: str | os.PathLike[str] | None = None, workers: int | None = None,
+             cluster: str | None = None, progress: Progress = NULL_PROGRESS) -> DiagnoseResult:
     """Diagnose ``model`` on ``target``. ``reference_model`` (default: ``model``) is what the baseline runs:
     pass the original model there and an edited one as ``model`` to diagnose an injected bug. ``mnn_model``
     (targets that run MNN models): the user's own ``.mnn`` of the ONNX ``model`` runs on the target, and the
@@ -52,7 +53,8 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
     On a target whose marking is watched (the simulator), a model whose weights are external and do not fit one
     session within ``max_memory`` (bytes per process; default from the machine) is not dumped whole: its baseline
     is built piece by piece and it is marked in chunks, piece by piece (:mod:`qnn_debug.localise.stream_baseline`,
-    :mod:`qnn_debug.localise.chunked`)."""
+    :mod:`qnn_debug.localise.chunked`); its simulator sessions then run as jobs, ``workers`` at once on this machine
+    (None: every core when the model is large enough to pay for the engine's start-up) or on the Ray ``cluster``."""
     from .baseline import run_baseline
     from .compare.pipeline import compare_paths
     from .dump import run_dump
@@ -84,8 +86,11 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
 
         budget = max_memory or default_budget()
         if streams(model_path, budget) or streams(base_model, budget):
+            from .parallel import ParallelOptions
+
             return _diagnose_streamed(model_path, base_model, out_dir, inputs_path, shapes, seed, budget,
-                                      soc_model, htp_arch, target_options or {}, timeout, force, progress, started)
+                                      soc_model, htp_arch, target_options or {}, timeout, force, progress, started,
+                                      ParallelOptions(workers=workers, cluster=cluster))
 
     def timed(name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         t0 = time.monotonic()
@@ -134,7 +139,7 @@ def diagnose(model: str | os.PathLike[str], out: str | os.PathLike[str], *, inpu
 def _diagnose_streamed(model: Path, base_model: Path, out_dir: Path, inputs: Path, shapes: dict[str, list[int]] | None,
                        seed: int, budget: int, soc_model: int, htp_arch: int | None,
                        options: dict[str, str], timeout: float, force: bool, progress: Progress,
-                       started: float) -> DiagnoseResult:
+                       started: float, parallel: ParallelOptions) -> DiagnoseResult:
     """The baseline piece by piece, then chunked marking piece by piece (bisection if that lies): no process holds
     more than one piece of the model."""
     from .baseline import load_baseline
@@ -157,11 +162,16 @@ def _diagnose_streamed(model: Path, base_model: Path, out_dir: Path, inputs: Pat
     result, report = fb.localise_without_full_dump(model, base_model, out_dir, out_dir / BASELINE_DIR, inputs, reason,
                                                    soc_model=soc_model, htp_arch=htp_arch, options=options,
                                                    timeout=timeout, force=force, progress=progress, max_memory=budget,
-                                                   streamed=True)
+                                                   streamed=True, parallel=parallel)
     timings["fallback_s"] = round(time.monotonic() - t0, 3)
     timings["total_s"] = round(time.monotonic() - started, 3)
     baseline = load_baseline(out_dir / BASELINE_DIR)
     run_dir = out_dir / (fb.CHUNKED_DIR if report.method == "chunked_dump" else fb.BISECT_DIR)
+    if report.method == "chunked_dump":
+        from .runstore import load_run
+
+        engine = load_run(run_dir).record.extra.get("parallel") or {}
+        timings.update({f"htp_sim_{k}": float(v) for k, v in engine.items() if isinstance(v, int | float)})
     return DiagnoseResult(out=str(out_dir), baseline=str(out_dir / BASELINE_DIR), target_run=str(run_dir),
                           report_dir=str(out_dir / REPORT_DIR), baseline_trusted=baseline.report.trusted,
                           baseline_sentence=baseline.report.sentence, compare=result, timings=timings,

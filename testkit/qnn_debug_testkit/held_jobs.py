@@ -2,7 +2,8 @@
 
 ``held`` wraps a real job: it writes its worker's pid (``pids/<key>.<pid>``), waits until its gate file
 (``gates/<key>``) exists, then runs the inner job; the test kills the pid while it waits, as an OOM killer or an
-operator would. ``timed`` sleeps and reports when it ran, to measure how many jobs ran at once.
+operator would. ``timed`` sleeps and reports when it ran, to measure how many jobs ran at once; ``file_step``
+reads the files its ``after`` jobs wrote and writes its own.
 """
 
 from __future__ import annotations
@@ -57,3 +58,17 @@ def most_at_once(spans: list[tuple[float, float]]) -> int:
         now += step
         best = max(best, now)
     return best
+
+
+def file_step(args: dict[str, Any]) -> dict[str, Any]:
+    """A job that passes data through files, as the chunked-marking jobs do: sleeps ``seconds``, reads every file
+    of ``reads`` (which must exist: its ``after`` jobs wrote them), writes ``out`` (what it read, then its own
+    ``key``) and appends one line to ``log`` per run. With ``fail_if`` an existing file, it fails instead."""
+    if args.get("fail_if") and Path(args["fail_if"]).exists():
+        raise RuntimeError(f"{args['key']} told to fail")
+    time.sleep(float(args.get("seconds", 0.0)))
+    read = [Path(p).read_text(encoding="utf-8") for p in args.get("reads", [])]
+    Path(args["out"]).write_text(" ".join([*read, args["key"]]), encoding="utf-8")
+    with open(args["log"], "a", encoding="utf-8") as f:
+        f.write(f"{args['key']} {time.time()} {os.getpid()}\n")
+    return {"files": [args["out"]]}

@@ -68,6 +68,8 @@ class DiagnoseRequest(TargetRun):
         "instead of one converted here; the baseline gates it against ONNX Runtime")] = None
     reference_model: ReferenceModel = None
     max_memory: MaxMemory = None
+    workers: Workers = None
+    cluster: Cluster = None
 
     def default_out(self) -> tuple[str, str] | None:
         return out_stem(self.model), f"diagnose-{self.target}"

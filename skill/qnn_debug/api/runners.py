@@ -149,7 +149,7 @@ def diagnose(request: rq.DiagnoseRequest, progress: Progress) -> DiagnoseResult:
                         htp_arch=request.arch, seed=request.seed, force=request.force, mnn_gate=request.mnn_gate,
                         target_options=options, timeout=request.timeout, mnn_model=request.mnn_model,
                         reference_model=reference, max_memory=_bytes(request.max_memory),
-                        progress=progress)
+                        workers=request.workers, cluster=request.cluster, progress=progress)
 
 
 def bisect(request: rq.BisectRequest, progress: Progress) -> BisectResult:

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..parallel import ParallelOptions
 from ..progress import NULL_PROGRESS, Progress
 from ..runstore import Run, RunRecord, prepare_run_dir
 from ..versions import library_versions
@@ -57,11 +58,12 @@ def plan_chunks(model: Any, chunk_size: int = DEFAULT_CHUNK) -> ChunkPlan:
 def run_chunked_dump(model_path: Path, out: Path, *, inputs: Path, soc_model: int = 69, htp_arch: int | None = None,
                      options: dict[str, str] | None = None, chunk_size: int = DEFAULT_CHUNK, force: bool = False,
                      timeout: float = 1800.0, progress: Progress = NULL_PROGRESS, max_memory: int | None = None,
-                     baseline: Path | None = None) -> Run:
+                     baseline: Path | None = None, parallel: ParallelOptions | None = None) -> Run:
     """An fp16 htp-sim run of ``model_path`` captured chunk by chunk (see the module docstring).
 
-    A model whose weights are external and do not fit one session within ``max_memory`` runs as a chain of
-    pieces instead (:func:`_run_streamed`; the boundary shapes come from ``baseline``, built piece by piece)."""
+    A model whose weights are external and do not fit one session within ``max_memory`` runs unit by unit instead,
+    as jobs of the parallel engine run as ``parallel`` says (:mod:`.chunked_stream`; the boundary shapes come from
+    ``baseline``, built piece by piece)."""
     from ..inputs import fix_input_shapes, prepare_inputs
     from ..onnx_graph import ensure_node_names, graph_inputs, load_onnx
     from ..targets import qnn_ep
@@ -76,8 +78,11 @@ def run_chunked_dump(model_path: Path, out: Path, *, inputs: Path, soc_model: in
     provider = qnn_ep.provider_options(soc_model, htp_arch, extra)
     budget = max_memory or default_budget()
     if baseline is not None and streams(model_path, budget):
-        return _run_streamed(model_path, out, inputs=inputs, provider=provider, disabled=disabled, budget=budget,
-                             baseline=baseline, soc_model=soc_model, force=force, timeout=timeout, progress=progress)
+        from .chunked_stream import run_streamed
+
+        return run_streamed(model_path, out, inputs=inputs, provider=provider, disabled=disabled, budget=budget,
+                            baseline=baseline, soc_model=soc_model, force=force, timeout=timeout, progress=progress,
+                            parallel=parallel)
     model = ensure_node_names(load_onnx(model_path))
     prepared = prepare_inputs(graph_inputs(model), inputs=inputs)
     fixed = fix_input_shapes(model, prepared.shapes)
@@ -96,53 +101,3 @@ def run_chunked_dump(model_path: Path, out: Path, *, inputs: Path, soc_model: in
     return run_capture_worker(WORKER, request, run_dir, prepared.arrays, log_name="htp_chunked_worker.log",
                               what="HTP simulator chunked run", timeout=timeout, progress=progress,
                               files={"model": serialize(fixed)})
-
-
-def _run_streamed(model_path: Path, out: Path, *, inputs: Path, provider: dict[str, str], disabled: list[str],
-                  budget: int, baseline: Path, soc_model: int, force: bool, timeout: float,
-                  progress: Progress) -> Run:
-    """Chunked marking of a model too large for one session: the worker runs the unmarked model as a chain of pieces
-    within ``budget`` and then each unit (decoder layer) marked, fed the marked units' own values
-    (``sim_probe_worker._chunked_chain``); only the graph is in memory here, and every piece points into the
-    original data file."""
-    from dataclasses import astuple
-
-    from .. import fs
-    from ..baseline import load_baseline
-    from ..inputs import fix_input_shapes, prepare_inputs
-    from ..onnx_graph import graph_inputs
-    from ..targets.onnx_capture import capture_plan, model_info
-    from ..targets.worker_run import run_capture_worker
-    from .bisect_stream import boundary_shapes
-    from .external import LazyModel, open_lazy
-    from .pieces import Chain, plan_chain, save_pieces
-    from .stream_baseline import hidden_bytes
-
-    opened = open_lazy(model_path)
-    prepared = prepare_inputs(graph_inputs(opened.model), inputs=inputs)
-    lazy = LazyModel(opened.path, fix_input_shapes(opened.model, prepared.shapes), opened.base)
-    chain = plan_chain(lazy.model, budget, hidden_bytes(prepared.arrays))
-    shapes = boundary_shapes(load_baseline(baseline).reference, prepared.arrays)
-    run_dir = prepare_run_dir(out, force=force).resolve()
-    with fs.scratch("qnn-debug-pieces-") as work:
-        pieces = save_pieces(lazy, chain, shapes, work, "piece")
-        units = save_pieces(lazy, Chain(chain.units, chain.units, [[k] for k in range(len(chain.units))]), shapes,
-                            work, "unit")
-        lowered = list(dict.fromkeys(w for p in units for w in p.pop("lowered")))
-        for p in pieces:
-            p.pop("lowered")
-        record = RunRecord(role="target", target="htp-sim", precision="fp16", model=model_info(model_path, lazy.model),
-                           inputs=prepared.info, soc_model=soc_model,
-                           htp_arch=int(provider["htp_arch"]) if "htp_arch" in provider else None,
-                           versions=library_versions(), outputs=[o.name for o in lazy.model.graph.output],
-                           warnings=[*prepared.warnings, *lowered,
-                                     f"captured in {len(units)} marked sessions (one per unit: a decoder layer or the "
-                                     f"ops between layers), each fed the marked units before it, after the unmarked "
-                                     f"model ran in {len(pieces)} pieces: the model does not fit one session within "
-                                     f"the memory budget"])
-        request = {"job": "chunked_chain", "force": True, "record": record.model_dump(mode="json"),
-                   "options": provider, "disabled_optimizers": disabled, "pieces": pieces, "units": units,
-                   "external_dir": str(lazy.base), "outputs": record.outputs,
-                   "plan": [list(astuple(p)) for p in capture_plan(lazy.model)]}
-        return run_capture_worker(WORKER, request, run_dir, prepared.arrays, log_name="htp_chunked_worker.log",
-                                  what="HTP simulator chunked run", timeout=timeout, progress=progress)

@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..compare.thresholds import Thresholds
-from ..errors import QnnDebugError
+from ..errors import QnnDebugError, WorkerLostError
 from ..progress import NULL_PROGRESS, Progress
 from ..workers.htp_worker import MARKED_STAGE
 from .models import FallbackReport, Method  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
     from ..compare.schema import CompareResult
+    from ..parallel import ParallelOptions
     from ..runstore import Run
 
 CHUNKED_DIR, BISECT_DIR = "htp-sim-chunked", "bisect"
@@ -101,12 +102,13 @@ def _saved_outputs(run: Run, key: str) -> dict[str, np.ndarray]:
 def localise_without_full_dump(model: Path, reference_model: Path, out: Path, baseline_dir: Path, inputs: Path,
                                reason: str, *, soc_model: int, htp_arch: int | None, options: dict[str, str],
                                timeout: float, force: bool, progress: Progress = NULL_PROGRESS,
-                               max_memory: int | None = None,
-                               streamed: bool = False) -> tuple[CompareResult | None, FallbackReport]:
+                               max_memory: int | None = None, streamed: bool = False,
+                               parallel: ParallelOptions | None = None) -> tuple[CompareResult | None, FallbackReport]:
     """Chunked marking first; bisection when a chunk fails to build or changes the outputs too.
 
     ``streamed``: the model does not fit one session within ``max_memory``; both methods then run it piece by piece
-    and the comparison re-runs no op on CPU (that would load the whole model)."""
+    (the chunked marking's sessions as jobs run as ``parallel`` says) and the comparison re-runs no op on CPU (that
+    would load the whole model)."""
     from ..compare.pipeline import CompareOptions, compare_paths
     from .bisect import BisectRequest, run_bisect
     from .chunked import run_chunked_dump
@@ -115,7 +117,7 @@ def localise_without_full_dump(model: Path, reference_model: Path, out: Path, ba
     try:
         run = run_chunked_dump(model, out / CHUNKED_DIR, inputs=inputs, soc_model=soc_model, htp_arch=htp_arch,
                                options=options, force=force, timeout=timeout, progress=progress,
-                               max_memory=max_memory, baseline=baseline_dir)
+                               max_memory=max_memory, baseline=baseline_dir, parallel=parallel)
         lie = observer_lie(run, baseline_dir)
         chunks = len(run.record.extra.get("chunks") or [])
         if lie is None:
@@ -130,6 +132,8 @@ def localise_without_full_dump(model: Path, reference_model: Path, out: Path, ba
             result.verdict.evidence["full_dump_not_used"] = reason
             return result, report
         report.attempts.append(f"chunked marking: {lie.replace('marking every tensor', 'marking one chunk')}")
+    except WorkerLostError:
+        raise  # the jobs already done are kept: the same command resumes them, a bisection would start over
     except QnnDebugError as e:
         report.attempts.append(f"chunked marking failed: {e.message}")
     report.method = "bisect"

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import MemoryBudgetError, MissingDependencyError, TargetError, WorkerLostError, error_from_dict
 from ..progress import Progress
-from .jobs import Job, machine_cores
+from .jobs import Job, check_order, machine_cores, schedule
 from .store import open_store
 
 OBJECT_STORE_BYTES = 96 << 20  # jobs pass file paths and small JSON answers: the store only carries those
@@ -112,9 +112,14 @@ def started_s() -> float | None:
     return float(value) if value is not None else None
 
 
-def _call(fn: str, args: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+def _call(fn: str, args: dict[str, Any], env: dict[str, str], *after: dict[str, Any]) -> dict[str, Any]:
+    """``after``: the answers of the jobs this one waits for (Ray starts it only once they exist); their data is
+    in files, so only a failed one matters here: this job then does not run."""
     from qnn_debug.parallel.runner import run_job
 
+    failed = next((a for a in after if "error" in a), None)
+    if failed is not None:
+        return {"error": failed["error"], "pid": os.getpid()}
     return run_job(fn, args, env)
 
 
@@ -127,6 +132,7 @@ class RayExecutor:
         self.slots = self.workers
 
     def run(self, jobs: list[Job], *, progress: Progress, stage: str, store: Path | None = None) -> list[dict[str, Any]]:
+        check_order(jobs)
         kept_store = open_store(store)
         results: list[dict[str, Any] | None] = [kept_store.get(j) if kept_store else None for j in jobs]
         todo = [i for i, r in enumerate(results) if r is None]
@@ -136,13 +142,16 @@ class RayExecutor:
         self._check_fits(ray, [jobs[i] for i in todo])
         remote = ray.remote(_call)
         refs: dict[Any, int] = {}
-        # the largest jobs first (memory stands for work: both grow with a job's weights), so the last job to start
-        # is a small one and the run does not end on one worker with a big job left (longest processing time first)
-        for i in sorted(todo, key=lambda i: -jobs[i].memory):
+        by_key: dict[str, Any] = {}
+        # in schedule()'s order (Ray starts tasks that are ready in the order they were submitted); a job waits for
+        # its ``after`` jobs through their answers as arguments, so Ray starts it once they are done
+        for i in schedule(jobs, todo):
             job = jobs[i]
+            deps = [by_key[k] for k in job.after if k in by_key]  # a job kept from an earlier run is done
             ref = remote.options(num_cpus=1, memory=max(1, int(job.memory)), max_retries=1, retry_exceptions=False,
-                                 name=f"qnn-debug {job.label}").remote(job.fn, job.args, job.env)
+                                 name=f"qnn-debug {job.label}").remote(job.fn, job.args, job.env, *deps)
             refs[ref] = i
+            by_key[job.key] = ref
         done_before = len(jobs) - len(todo)
         started = time.monotonic()
         nodes = len([n for n in ray.nodes() if n.get("Alive")])

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..progress import Progress
-from .jobs import Job
+from .jobs import Job, check_order
 
 WORKER = "qnn_debug.parallel.worker"
 
@@ -26,6 +26,7 @@ class SerialExecutor:
 
         if not jobs:
             return []
+        check_order(jobs)  # the child runs them in list order
         log = self.log_dir / f"{stage.replace(' ', '_').replace(':', '')}_worker.log" if self.log_dir else None
         answer = run_worker(WORKER, {"jobs": [asdict(j) for j in jobs], "stage": stage,
                                      "store": str(store) if store else None},

@@ -2,7 +2,8 @@
 
 A result is kept under the job's key with a fingerprint of everything the job reads (its function and
 arguments: the call site puts digests of the values and models it reads into them); a rerun reuses a result
-only when the fingerprint is the same, so a changed model or input is never answered from an older run.
+only when the fingerprint is the same, so a changed model or input is never answered from an older run, and
+only while the files the job wrote (``"files"`` of its result) still exist: jobs after it read them.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class JobStore:
         if not isinstance(doc, dict) or doc.get("fingerprint") != fingerprint(job) or not isinstance(doc.get("result"), dict):
             return None
         result: dict[str, Any] = doc["result"]
+        if not all(Path(f).is_file() for f in result.get("files") or []):
+            return None  # what it wrote is gone: run it again (its dependants read those files)
         return result
 
     def put(self, job: Job, result: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ from .store import open_store
 
 
 def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
-    jobs = [Job(**j) for j in request["jobs"]]
+    jobs = [Job(**{**j, "after": tuple(j.get("after") or ())}) for j in request["jobs"]]  # in a topological order
     store = open_store(Path(request["store"]) if request.get("store") else None)
     results: list[dict[str, Any] | None] = [None] * len(jobs)
     started = time.monotonic()

@@ -27,8 +27,6 @@ def main(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
         return _bisect_chain(request, progress)
     if request["job"] == "chunked":
         return _chunked(request, progress)
-    if request["job"] == "chunked_chain":
-        return _chunked_chain(request, progress)
     if request["job"] == "values":
         return _values(request)
     raise ValueError(f"unknown job {request['job']!r}")
@@ -281,89 +279,6 @@ def _chunked(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
         record.warnings.append(f"{len(missing)} tensor(s) were in no chunk: {', '.join(missing[:10])}")
     writer.finish()
     return {"tensors": len(record.tensors), "chunks": len(chunks)}
-
-
-def _chunked_chain(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
-    """:func:`_chunked` on a model cut into pieces: the unmarked model runs as a chain of pieces (its final outputs
-    are the unmarked run's), then a chain of units (decoder layers), each marking its own tensors and fed what the
-    marked units before it produced; tensors are written to the run as each unit finishes. The observer effect is
-    the marked chain's final outputs against the unmarked chain's."""
-    import numpy as np
-
-    from ..errors import QnnDebugError
-    from ..runstore import RunRecord, RunWriter
-    from ..targets.onnx_capture import PlannedTensor, mark_for_capture, write_plan
-    from .htp_worker import _observer_effect
-
-    feeds = dict(np.load(request["inputs_npz"], allow_pickle=False))
-    outputs: list[str] = request["outputs"]
-    plan = [PlannedTensor(*p) for p in request["plan"]]
-    t0 = time.monotonic()
-    plain = _Chain(request, feeds, request["units"])  # the marked chain's boundaries: only the marking differs
-    with progress.stage("htp-sim: unmarked", total=len(plain.pieces),
-                        message="htp-sim: the unmarked model, piece by piece") as advance:
-        for k in range(len(plain.pieces)):
-            plain.through(k + 1)
-            advance()
-    unmarked = {n: plain.values[n] for n in outputs}
-    unmarked_s = plain.sim_s
-    del plain
-    record = RunRecord.model_validate(request["record"])
-    writer = RunWriter(request["out"], record, force=bool(request.get("force")))
-    write_plan(writer, [p for p in plan if p.kind == "input"], {}, feeds)
-    marked = _Chain(request, feeds, request["units"])
-    chunks: list[dict[str, Any]] = []
-    unmarkable: list[str] = []
-    bad_kinds: set[tuple[str, ...]] = set()
-
-    def capture(model: Any, names: list[str], outs: list[str], signature: dict[str, tuple[str, ...]]) -> dict[str, Any]:
-        """Mark ``names`` (and the unit's outputs) in one session; a graph that does not build is split in halves
-        until the tensors that break it stand alone, which are skipped with every later tensor made the same way
-        (as :func:`_chunked` does)."""
-        names = [n for n in names if signature.get(n) not in bad_kinds]
-        try:
-            return marked.run(mark_for_capture(model, [*names, *outs], []), list(dict.fromkeys([*names, *outs])))
-        except QnnDebugError:
-            if len(names) <= 1:
-                unmarkable.extend(names)
-                bad_kinds.update(signature.get(n, (n,)) for n in names)
-                return marked.run(model, outs)
-            half = len(names) // 2
-            return {**capture(model, names[:half], outs, signature), **capture(model, names[half:], outs, signature)}
-
-    with progress.stage("htp-sim: chunks", total=len(marked.pieces),
-                        message="htp-sim: marked sessions, one unit each") as advance:
-        for k, unit in enumerate(marked.pieces):
-            lo, hi = unit["positions"]
-            mine = [p for p in plan if p.kind != "input" and lo <= p.position <= hi]
-            started = time.monotonic()
-            model = marked.model(k)
-            got = capture(model, [p.name for p in mine], list(unit["outputs"]), _signatures(model))
-            write_plan(writer, mine, got, feeds)
-            marked.values.update({n: got[n] for n in unit["outputs"]})
-            marked.reached = k + 1
-            chunks.append({"index": k, "tensors": len(mine), "first": mine[0].name if mine else None,
-                           "last": mine[-1].name if mine else None, "seconds": round(time.monotonic() - started, 3)})
-            del got
-            advance()
-    final = {n: marked.values[n] for n in outputs}
-    effect = {n: _observer_effect(final[n], unmarked[n])[0] for n in outputs}
-    record.observer_effect_db = effect
-    for c in chunks:
-        c["observer_effect_db"] = effect
-    record.extra.update({"provider_options": request["options"], "capture": {"dtype": "float32", "method": "chunked"},
-                         "chunks": chunks, "unmarkable": unmarkable, "streamed": True})
-    if unmarkable:
-        record.warnings.append(f"{len(unmarkable)} tensor(s) break the graph when marked and were not captured "
-                               f"(their ops are judged through their consumers): {', '.join(unmarkable[:6])}")
-    record.extra["marked_outputs_file"] = "worst_chunk_outputs.npz"
-    record.extra["unmarked_outputs_file"] = "unmarked_outputs.npz"
-    record.extra["simulator_s"] = {"unmarked": round(unmarked_s, 3), "marked": round(marked.sim_s, 3)}
-    np.savez(writer.dir / "worst_chunk_outputs.npz", **final)
-    np.savez(writer.dir / "unmarked_outputs.npz", **unmarked)
-    writer.finish()
-    return {"tensors": len(record.tensors), "chunks": len(chunks), "unmarked_s": round(unmarked_s, 3),
-            "marked_s": round(marked.sim_s, 3), "total_s": round(time.monotonic() - t0, 3)}
 
 
 def _signatures(model: Any) -> dict[str, tuple[str, ...]]:
