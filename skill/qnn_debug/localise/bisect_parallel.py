@@ -113,6 +113,7 @@ def run_chained(executor: Executor, lazy: LazyModel, reference: Run, floor: Run 
     from .. import fs
     from ..inputs import save_npz
     from ..versions import library_versions
+    from ..workers.bisect_jobs import values_digest
 
     t0 = time.monotonic()
     hidden = hidden_bytes(feeds)
@@ -142,7 +143,7 @@ def run_chained(executor: Executor, lazy: LazyModel, reference: Run, floor: Run 
     chain_job = Job(key="chain", label="the chain of pieces (last cut)", fn=f"{FN}:chain", memory=max(memory), env=env,
                     args={**common, "pieces": pieces, "inputs_npz": str(inputs_npz), "last": _point(last),
                           "free": [_point(p) for p in free], "op_types": {n: op_types.get(n) for n in judged},
-                          "digest": _sha(_file_sha(str(inputs_npz)), piece_sha, stamp,
+                          "digest": _sha(values_digest(feeds), piece_sha, stamp,
                                          _tensors_sha(reference, floor, judged))})
     timings = {"pieces": float(len(pieces)), "prepare_s": round(time.monotonic() - t0, 3)}
     t0 = time.monotonic()

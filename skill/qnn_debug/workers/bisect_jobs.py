@@ -92,6 +92,7 @@ def chain(args: dict[str, Any]) -> dict[str, Any]:
         if all(n in ch.values for n in point["frontier"]):
             free[str(point["index"])] = _judge(args, point, [ch.values[n] for n in point["frontier"]], 0.0)
     path = Path(args["values"])
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.npz")
     np.savez(tmp, **{n: np.asarray(v) for n, v in ch.values.items()})  # type: ignore[arg-type]
     tmp.replace(path)
