@@ -25,8 +25,8 @@ from ..compare.thresholds import Thresholds
 from ..parallel import Executor, Job
 from ..progress import Progress
 from ..runstore import Run
-from .budget import PROCESS_BASE, block_cost
 from .bisect_stream import boundary_shapes
+from .budget import PROCESS_BASE, block_cost
 from .cut import CutPoint
 from .external import LazyModel, tensor_sizes
 from .models import Probe
