@@ -13,6 +13,10 @@ The target decides how (its :class:`~qnn_debug.targets.base.Capabilities`, never
   with ``one_session`` (``htp-sim``) runs the whole search in one process of its own, any other target is
   probed cut by cut through its ``prober``.
 
+A model too large for one simulator session runs as a chain of pieces (:mod:`.bisect_stream`); with more than one
+worker its probes run in rounds through the parallel engine (:mod:`.bisect_parallel`), with the same probes and
+answer as the one-process search.
+
 The fp16-range check needs no probe: the first tensor whose reference leaves the fp16 range (|x| > 65504)
 is named from the baseline; HTP saturates there (at 131008, never inf), so it is a range problem, not a bug.
 """
