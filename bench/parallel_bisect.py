@@ -94,17 +94,17 @@ def main() -> None:
     cores = args.workers or machine_cores()
     mem = ["--max-memory", str(args.max_memory or BUDGETS[args.width])]
     rows: list[dict[str, Any]] = []
-    cases = args.cases.split(",")
-    if "serial" in cases:
-        rows.append(run_case("serial", decoder, out, ["--workers", "1", *mem]))
-    if "cores" in cases:
-        rows.append(run_case("cores", decoder, out, ["--workers", str(cores), *mem]))
-    if "two-nodes" in cases:
-        address, procs = start_cluster(out)
-        try:
-            rows.append(run_case("two-nodes", decoder, out, ["--cluster", address, *mem]))
-        finally:
-            stop_cluster(procs)
+    for case in args.cases.split(","):  # in the order given: on a shared machine, run it both ways round
+        if case == "serial":
+            rows.append(run_case("serial", decoder, out, ["--workers", "1", *mem]))
+        elif case == "cores":
+            rows.append(run_case("cores", decoder, out, ["--workers", str(cores), *mem]))
+        elif case == "two-nodes":
+            address, procs = start_cluster(out)
+            try:
+                rows.append(run_case("two-nodes", decoder, out, ["--cluster", address, *mem]))
+            finally:
+                stop_cluster(procs)
     serial = next((r for r in rows if r["case"] == "serial" and "wall_s" in r), None)
     for r in rows:
         if serial and "wall_s" in r:
