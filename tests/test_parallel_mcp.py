@@ -1,5 +1,5 @@
-"""The parallel engine's options over MCP: ``localise_blocks`` and ``diagnose`` take ``workers`` and ``cluster`` as
-the CLI does, and a malformed cluster address is refused before anything runs."""
+"""The parallel engine's options over MCP: ``localise_blocks``, ``diagnose`` and ``bisect`` take ``workers`` and
+``cluster`` as the CLI does, and a malformed cluster address is refused before anything runs."""
 
 from __future__ import annotations
 
@@ -26,6 +26,16 @@ async def test_the_tool_takes_workers_and_a_cluster_address(tmp_path: Path, tool
         assert "Ray" in str(props["cluster"]) and "every core" in str(props["workers"])
         (tmp_path / "m.onnx").write_bytes(b"")
         bad = await client.call_tool(tool, {"model": "m.onnx", "cluster": "head node; rm -rf", "background": False})
+        assert bad.is_error and "cluster" in error_text(bad)
+
+
+async def test_bisect_takes_workers_and_a_cluster_address(tmp_path: Path) -> None:
+    async with connect(tmp_path, "auto") as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        props = tools["bisect"].input_schema["properties"]
+        assert "Ray" in str(props["cluster"]) and "probes at once" in str(props["workers"])
+        (tmp_path / "m.onnx").write_bytes(b"")
+        bad = await client.call_tool("bisect", {"model": "m.onnx", "cluster": "head node; rm -rf", "background": False})
         assert bad.is_error and "cluster" in error_text(bad)
 
 

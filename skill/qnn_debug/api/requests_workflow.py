@@ -127,6 +127,12 @@ class BisectRequest(TargetRun):
         description="device/host: also run OpenCL fp16 as a third opinion")] = False
     mnn_gate: MnnGate = True
     max_memory: MaxMemory = None
+    workers: Workers = Field(None, description="htp-sim, a model run piece by piece: probes at once on this machine "
+                             "(1: one after another, the binary search; default: every core, through an embedded Ray "
+                             "cluster, when the model holds 256 MB of weights or more)")
+    cluster: Cluster = Field(None, description="htp-sim, a model run piece by piece: send the probes to the Ray cluster "
+                             "at this address (HOST:PORT of its head); every node reads the model and --out at the "
+                             "same paths")
 
     def default_out(self) -> tuple[str, str] | None:
         return out_stem(self.model), f"bisect-{self.target}"

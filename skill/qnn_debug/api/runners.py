@@ -162,7 +162,7 @@ def bisect(request: rq.BisectRequest, progress: Progress) -> BisectResult:
         reference_model=reference, baseline=request.baseline, inputs=request.inputs if request.baseline else inputs,
         shapes=shapes, seed=request.seed, soc_model=request.soc, htp_arch=request.arch, options=options,
         opencl=request.opencl, mnn_gate=request.mnn_gate, force=request.force, timeout=request.timeout,
-        max_memory=_bytes(request.max_memory)), progress)
+        max_memory=_bytes(request.max_memory), workers=request.workers, cluster=request.cluster), progress)
     result.warnings[:0] = notes
     return result
 

@@ -13,6 +13,10 @@ The target decides how (its :class:`~qnn_debug.targets.base.Capabilities`, never
   with ``one_session`` (``htp-sim``) runs the whole search in one process of its own, any other target is
   probed cut by cut through its ``prober``.
 
+A model too large for one simulator session runs as a chain of pieces (:mod:`.bisect_stream`); with more than one
+worker its probes run in rounds through the parallel engine (:mod:`.bisect_parallel`), with the same probes and
+answer as the one-process search.
+
 The fp16-range check needs no probe: the first tensor whose reference leaves the fp16 range (|x| > 65504)
 is named from the baseline; HTP saturates there (at 131008, never inf), so it is a range problem, not a bug.
 """
@@ -43,6 +47,7 @@ FP16_MAX = 65504.0
 SENTINEL = 1e30  # |x| at or above this is a -inf/+inf stand-in (masks), not a value
 RESULT_FILE = "bisect.json"
 BASELINE_DIR = "baseline"
+JOBS_DIR = "jobs"  # the parallel probes' kept results: a rerun resumes from them (never deleted by --force)
 
 
 class BisectRequest(BaseModel):
@@ -65,6 +70,8 @@ class BisectRequest(BaseModel):
     force: bool = False
     timeout: float = 1800.0
     max_memory: int | None = None  # bytes per process; a model that does not fit one session runs piece by piece
+    workers: int | None = None  # a chained bisection's probes at once (None: every core when the model is large)
+    cluster: str | None = None  # a Ray cluster's address for those probes
 
 
 def run_bisect(request: BisectRequest, progress: Progress = NULL_PROGRESS, *,
@@ -106,7 +113,7 @@ def _vl_inputs(request: BisectRequest, reference: Any, out: Path) -> BisectReque
 
 def _prepare_out(out: Path, force: bool) -> Path:
     def ours(p: Path) -> bool:
-        return (p / RESULT_FILE).exists() or (p / BASELINE_DIR).is_dir()
+        return (p / RESULT_FILE).exists() or (p / BASELINE_DIR).is_dir() or (p / JOBS_DIR).is_dir()
 
     if check_output_dir(out, force=force, is_ours=ours, what="bisection"):
         for name in (RESULT_FILE, BASELINE_DIR, "probes"):
@@ -180,7 +187,17 @@ def _bisect_on_baseline(tgt: Target, request: BisectRequest, model_path: Path, r
                             hint="is the baseline a run of this model? Tensors are matched by name")
     work.mkdir(exist_ok=True)
     warnings: list[str] = []
-    if tgt.capabilities.one_session:
+    executor = _executor(request, budget, lazy.model, work) if streamed else None
+    if executor is not None and executor.slots > 1:
+        from .bisect_parallel import run_chained
+        from .external import LazyModel
+
+        first, probes, fanned, warnings = run_chained(
+            executor, LazyModel(lazy.path, fixed, lazy.base), base.reference, base.floor, prepared.arrays, points,
+            budget=budget, work=work, store=out / JOBS_DIR, session=session, th=th, progress=progress)
+        timings.update(fanned)
+        timings["htp_sim_s"] = round(timings["chain_s"] + timings["rounds_s"], 3)
+    elif tgt.capabilities.one_session:
         import onnx
 
         from ..targets.sim_lowering import lower_for_simulator
@@ -208,7 +225,8 @@ def _bisect_on_baseline(tgt: Target, request: BisectRequest, model_path: Path, r
             what="HTP simulator bisection")
         timings["htp_sim_s"] = round(time.monotonic() - t0, 3)
         timings.update({f"htp_sim_{k}": v for k, v in response.items() if k.endswith("_s")})
-        first, probes = response["first"], [Probe.model_validate(p) for p in response["probes"]]
+        first, probes = response["first"], [Probe.model_validate({**p, "round": i}) for i, p in enumerate(response["probes"])]
+        timings["rounds"] = float(len(probes))  # one probe after the other
     else:
         prober = tgt.prober(setup)
         floor_run = base.floor
@@ -233,6 +251,15 @@ def _bisect_on_baseline(tgt: Target, request: BisectRequest, model_path: Path, r
     result.fp16_range = fp16_range(base.reference)
     _explain(result, th)
     return result
+
+
+def _executor(request: BisectRequest, budget: int, model: Any, work: Path) -> Any:
+    """The parallel engine's executor for a chained bisection (serial for small models: no Ray imported)."""
+    from ..parallel import ParallelOptions, choose_executor
+    from .external import weight_bytes
+
+    return choose_executor(ParallelOptions(workers=request.workers, cluster=request.cluster), budget=budget,
+                           work_bytes=weight_bytes(model), timeout=request.timeout, log_dir=work)
 
 
 def _point_json(p: CutPoint) -> dict[str, Any]:

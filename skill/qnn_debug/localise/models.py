@@ -38,6 +38,7 @@ class Probe(BaseModel):
     worst: ProbeTensor | None = None
     bad_tensors: list[str] = Field(default_factory=list)
     seconds: float = 0.0
+    round: int = 0  # the round it ran in (probes of one round run at once; 0: the first probe, or judged for free)
 
 
 class FirstFailingOp(BaseModel):
