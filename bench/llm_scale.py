@@ -209,6 +209,9 @@ def run_case(decoder: dict[str, Any], tool: str, fault: str, out: Path, max_memo
         cmd += ["--inner", inner]
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
+    import shutil
+
+    shutil.rmtree(out / name, ignore_errors=True)  # a kept run's job results would be resumed, not measured
     log_out, log_err = out / f"{name}.stdout", out / f"{name}.stderr"
     with log_out.open("w") as fo, log_err.open("w") as fe, subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True) as proc:
         peaks = watch_peaks(proc)

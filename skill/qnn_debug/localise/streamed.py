@@ -6,7 +6,8 @@ layer (rotary tables, input transpose), each block, the head — fed the values 
 their boundaries, so only boundary tensors (the 0.5 MB hidden state, cos/sin, the mask) outlive their
 segment; each group of blocks (sized by :mod:`.budget`) becomes one side-by-side stage whose model points
 into the original data file (no copy of the weights) and whose fp16 floor runs a few blocks' weights at a
-time, rounded inside ONNX Runtime (:func:`qnn_debug.onnx_graph.fp16_floor`). Each group (its stage, floor and
+time (small weights rounded inside ONNX Runtime, large ones such as the LM head rounded a chunk at a time and
+handed to the session in place: :func:`.stream_baseline.floor_model`). Each group (its stage, floor and
 simulator session) is one job of :mod:`.block_jobs`, run one after another or at the same time on every core or
 a cluster (:mod:`qnn_debug.parallel`). The bad block's inner tensors are recomputed from
 its boundary values when it is searched op by op.
