@@ -10,8 +10,9 @@ cache folder (``bench/.cache``, gitignored). Two faulty copies share the clean c
 - ``spike``: two residual channels at 400 on token 0 in layer 1 (fp16 range, not a bug): expected
   ``fp16_range`` at ``/layers.2/input_layernorm/Pow``.
 
-Each case runs one tool in a fresh child process: ``localise-blocks --inner none``
-(``qnn_debug.localise.blocks.run_blocks``), ``diagnose`` (``qnn_debug.diagnose.diagnose``: at this size its
+Each case runs one tool in a fresh child process: ``localise-blocks`` with ``--inner`` (default ``diagnose``,
+as the CLI: the first bad block cut out and diagnosed; ``none``: the block and op stages only;
+``qnn_debug.localise.blocks.run_blocks``; the inner diagnosis' simulator sessions count as simulator time), ``diagnose`` (``qnn_debug.diagnose.diagnose``: at this size its
 baseline is built piece by piece and the model is marked in chunks, piece by piece) and ``bisect``
 (``qnn_debug.localise.bisect.run_bisect``: the cuts run as a chain of pieces), all with ``--max-memory``.
 The peak RSS of that process (the tool's main process) and of every process below it (the simulator
@@ -21,7 +22,8 @@ chain; the probes' pieces), the tool's overhead (wall - simulator) and its ratio
 (target <= 0.5), peak RSS per process and its ratio to the weight bytes (target <= 4 GiB at 1.7B width),
 and whether block and op are right.
 
-Run: ``python bench/llm_scale.py [--width 0.6b|1.7b] [--layers N] [--faults rotary,spike] [--json]``.
+Run: ``python bench/llm_scale.py [--width 0.6b|1.7b] [--layers N] [--faults rotary,spike] [--tools blocks]
+[--inner diagnose|bisect|none] [--json]``.
 """
 
 from __future__ import annotations
@@ -81,13 +83,14 @@ def child(args: argparse.Namespace) -> None:
         from qnn_debug.localise.blocks import BlockRequest, run_blocks
 
         r = run_blocks(BlockRequest(model=model, reference_model=reference, inputs=inputs, out=out, force=True,
-                                    inner="none", max_memory=args.max_memory))
+                                    inner=args.inner, max_memory=args.max_memory))
         bad = r.first_failing_block
         t = r.timings
+        inner_sim = _inner_simulator_s(Path(r.block_diagnosis), t) if r.block_diagnosis else 0.0
         doc = {"timings": t, "verdict": r.verdict, "block": None if bad is None else bad.first,
                "op": r.first_failing.op if r.first_failing else None,
-               "range_op": r.fp16_range.op if r.fp16_range else None,
-               "simulator_s": float(t.get("htp_sim_blocks_s", 0.0)) + float(t.get("htp_sim_ops_s", 0.0))}
+               "range_op": r.fp16_range.op if r.fp16_range else None, "inner_simulator_s": inner_sim,
+               "simulator_s": float(t.get("htp_sim_blocks_s", 0.0)) + float(t.get("htp_sim_ops_s", 0.0)) + inner_sim}
     elif args.tool == "diagnose":
         from qnn_debug.diagnose import diagnose
 
@@ -123,6 +126,24 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps(doc))
 
 
+def _inner_simulator_s(out: Path, timings: dict[str, float]) -> float:
+    """The simulator's own time in the inner diagnosis of the bad block, from its run records: a full dump's session
+    creations and runs (the dump stage's time when its marked graph did not build and left no record), a chunked
+    dump's chunks, a streamed one's unmarked and marked chains."""
+    total = 0.0
+    full = out / "htp-sim" / "run.json"
+    if not full.is_file():
+        total += float(timings.get("diagnose_dump_s", 0.0))
+    for run_json in out.rglob("run.json"):
+        extra = json.loads(run_json.read_text(encoding="utf-8")).get("extra") or {}
+        total += sum(float(v) for v in (extra.get("simulator_s") or {}).values())
+        total += sum(float(v) for k, v in (extra.get("timings") or {}).items()
+                     if k.startswith(("create_", "run_", "refetch")))
+        if not extra.get("simulator_s"):
+            total += sum(float(c.get("seconds", 0.0)) for c in extra.get("chunks") or [])
+    return total
+
+
 def _status(pid: int) -> tuple[int, int] | None:
     """(parent pid, peak RSS bytes) of a live process, from /proc (VmHWM: this process's own peak since exec)."""
     try:
@@ -134,6 +155,15 @@ def _status(pid: int) -> tuple[int, int] | None:
         return int(fields["PPid"]), int(fields["VmHWM"].split()[0]) * 1024
     except (KeyError, ValueError):
         return None
+
+
+def _cmd(pid: int) -> str:
+    """What a process runs (its command line, shortened): which peak is whose."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return ""
+    return " ".join(a.decode(errors="replace").rsplit("/", 1)[-1] for a in argv[:4] if a)[:80]
 
 
 def watch_peaks(proc: subprocess.Popen[str]) -> dict[int, tuple[int, str]]:
@@ -152,7 +182,7 @@ def watch_peaks(proc: subprocess.Popen[str]) -> dict[int, tuple[int, str]]:
             for pid in family:
                 st = _status(pid)
                 if st is not None and st[1] > peaks.get(pid, (0, ""))[0]:
-                    peaks[pid] = (st[1], "")
+                    peaks[pid] = (st[1], peaks.get(pid, (0, ""))[1] or _cmd(pid))
             time.sleep(0.5)
 
     thread = threading.Thread(target=poll, daemon=True)
@@ -162,26 +192,36 @@ def watch_peaks(proc: subprocess.Popen[str]) -> dict[int, tuple[int, str]]:
     return peaks
 
 
-def run_case(decoder: dict[str, Any], tool: str, fault: str, out: Path, max_memory: int | None) -> dict[str, Any]:
+def run_case(decoder: dict[str, Any], tool: str, fault: str, out: Path, max_memory: int | None,
+             inner: str = "none") -> dict[str, Any]:
     layers = decoder["sizes"]["layers"]
     model = decoder["faulty"][fault]
     reference = decoder["clean"] if fault == "rotary" else model  # the spike is in the export itself
     name = f"{tool}-{fault}"
+    label = tool if tool != "blocks" else f"blocks/{inner}"
     cmd = [sys.executable, __file__, "--child", "--tool", tool, "--model", model, "--reference", reference,
            "--inputs", decoder["inputs"], "--out", str(out / name)]
     if max_memory:
         cmd += ["--max-memory", str(max_memory)]
+    if tool == "blocks":
+        name += "" if inner == "none" else f"-{inner}"
+        cmd[cmd.index("--out") + 1] = str(out / name)
+        cmd += ["--inner", inner]
     t0 = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
+    import shutil
+
+    shutil.rmtree(out / name, ignore_errors=True)  # a kept run's job results would be resumed, not measured
     log_out, log_err = out / f"{name}.stdout", out / f"{name}.stderr"
     with log_out.open("w") as fo, log_err.open("w") as fe, subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True) as proc:
         peaks = watch_peaks(proc)
     stdout, stderr = log_out.read_text(), log_err.read_text()
     total = time.perf_counter() - t0
     if proc.returncode:
-        return {"tool": tool, "fault": fault, "right": False, "meets": False, "error": stderr[-2000:]}
+        return {"tool": label, "fault": fault, "right": False, "meets": False, "error": stderr[-2000:]}
     doc = json.loads(stdout.strip().splitlines()[-1])
     doc["main_rss"] = peaks.get(proc.pid, (0, ""))[0]
+    doc["processes"] = sorted(([round(v / GIB, 2), cmd] for v, cmd in peaks.values()), reverse=True)
     doc["worker_rss"] = max((v for pid, (v, _) in peaks.items() if pid != proc.pid), default=0)
     t = doc["timings"]
     sim = float(doc["simulator_s"])
@@ -192,17 +232,18 @@ def run_case(decoder: dict[str, Any], tool: str, fault: str, out: Path, max_memo
         right = (doc["range_op"] == "/layers.2/input_layernorm/Pow"
                  or (tool == "diagnose" and doc["op"] == "/layers.2/input_layernorm/Pow"))
     weights = decoder["weight_bytes"]
-    return {"tool": tool, "fault": fault, "right": right, "verdict": doc["verdict"], "block": doc["block"],
+    return {"tool": label, "fault": fault, "right": right, "verdict": doc["verdict"], "block": doc["block"],
             "op": doc["op"], "method": doc.get("method"), "summary": doc.get("summary"),
             "fp16_range_op": doc["range_op"], "wall_s": round(doc["wall_s"], 1), "process_s": round(total, 1),
-            "simulator_s": round(sim, 1), "overhead_s": round(overhead, 1),
+            "simulator_s": round(sim, 1), "inner_simulator_s": round(float(doc.get("inner_simulator_s", 0.0)), 1),
+            "overhead_s": round(overhead, 1),
             "overhead_ratio": round(overhead / sim, 3) if sim else None,
             "main_rss_gib": round(doc["main_rss"] / GIB, 2), "worker_rss_gib": round(doc["worker_rss"] / GIB, 2),
             "main_rss_per_weight": round(doc["main_rss"] / weights, 3),
             "worker_rss_per_weight": round(doc["worker_rss"] / weights, 3),
             "meets": bool(right and sim and overhead <= OVERHEAD_TARGET * sim
                           and max(doc["main_rss"], doc["worker_rss"]) <= RSS_TARGET),
-            "timings": t}
+            "timings": t, "processes": doc["processes"]}
 
 
 def main() -> None:
@@ -213,6 +254,8 @@ def main() -> None:
     ap.add_argument("--faults", default="rotary,spike")
     ap.add_argument("--tools", default="blocks,diagnose,bisect", help="any of blocks, diagnose, bisect")
     ap.add_argument("--tool", choices=["blocks", "diagnose", "bisect"], help=argparse.SUPPRESS)
+    ap.add_argument("--inner", choices=["diagnose", "bisect", "none"], default="diagnose",
+                    help="localise-blocks' --inner (default diagnose, as the CLI; none: the block and op stages only)")
     ap.add_argument("--cache", type=Path, default=HERE / ".cache")
     ap.add_argument("--max-memory", type=int, default=None,
                     help="per-process budget in bytes (default 3 GiB at 0.6B width, 4 GiB at 1.7B: its 1.2 GB head "
@@ -233,7 +276,7 @@ def main() -> None:
     cases = []
     for tool in [t for t in args.tools.split(",") if t]:
         for fault in [f for f in args.faults.split(",") if f]:
-            cases.append(run_case(decoder, tool, fault, out, args.max_memory))
+            cases.append(run_case(decoder, tool, fault, out, args.max_memory, args.inner))
             print(json.dumps(cases[-1]), file=sys.stderr, flush=True)
     report = {"width": args.width, "layers": layers, "seq": args.seq, "weight_gib": round(decoder["weight_bytes"] / GIB, 2),
               "build_s": decoder.get("build_s"), "cases": cases, "meets_targets": all(c["meets"] for c in cases)}
@@ -244,11 +287,11 @@ def main() -> None:
           f"(built in {report['build_s']} s, cached)")
     for c in cases:
         if "error" in c:
-            print(f"  {c['tool']:<8} {c['fault']:<7} FAILED: {c['error'].splitlines()[-1] if c['error'] else ''}")
+            print(f"  {c['tool']:<14} {c['fault']:<7} FAILED: {c['error'].splitlines()[-1] if c['error'] else ''}")
             continue
-        print(f"  {c['tool']:<8} {c['fault']:<7} {'right' if c['right'] else 'WRONG'} block {c['block']} op {c['op']} "
+        print(f"  {c['tool']:<14} {c['fault']:<7} {'right' if c['right'] else 'WRONG'} block {c['block']} op {c['op']} "
               f"range {c['fp16_range_op']} ({c['verdict']})")
-        print(f"          wall {c['wall_s']} s, simulator {c['simulator_s']} s, overhead {c['overhead_s']} s "
+        print(f"          wall {c['wall_s']} s, simulator {c['simulator_s']} s (inner {c['inner_simulator_s']} s), overhead {c['overhead_s']} s "
               f"= {c['overhead_ratio']}x the simulator (target <= {OVERHEAD_TARGET})")
         print(f"          peak RSS main {c['main_rss_gib']} GiB ({c['main_rss_per_weight']}x weights), "
               f"simulator worker {c['worker_rss_gib']} GiB ({c['worker_rss_per_weight']}x weights)")

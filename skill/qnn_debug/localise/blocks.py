@@ -86,7 +86,7 @@ def run_blocks(request: BlockRequest, progress: Progress = NULL_PROGRESS,
             stem = f"block{k:03d}_{_slug(bad)}"
             save_block(cut, work, stem, k)
             (_diagnose_block if request.inner == "diagnose" else _bisect_block)(result, work, stem, request, progress)
-            timings[f"{request.inner}_block_s"] = round(time.monotonic() - t0, 3)
+            result.timings[f"{request.inner}_block_s"] = round(time.monotonic() - t0, 3)
     explain(result, th)
     result.elapsed_s = round(time.monotonic() - started, 3)
     atomic_write_text(out / RESULT_FILE, result.model_dump_json(indent=1))
@@ -103,6 +103,7 @@ def _diagnose_block(result: BlockResult, work: Path, stem: str, request: BlockRe
                  htp_arch=request.htp_arch, target_options=request.options or None, mnn_gate=False,
                  timeout=request.timeout, force=request.force, progress=progress)
     result.block_diagnosis = d.out
+    result.timings.update({f"diagnose_{k}": v for k, v in d.timings.items()})
     assert result.first_failing_block is not None
     name = block_name(result.first_failing_block)
     if d.compare is not None:

@@ -10,7 +10,7 @@ The factors are measured (``bench/llm_scale.py`` prints the ratios). 0.6B width,
 one session: worker 0.69-0.75 GiB, so a simulator session's peak RSS is at most ``SIM_FACTOR`` times its
 fp32 weight bytes on top of the process's own libraries. The main process holds one segment's weights at a
 time (the CPU reference runs one block, or the head, at a time; the fp16 floor runs ``FLOOR_BATCH`` bytes
-of weights at a time, rounded inside ONNX Runtime): 0.96 GiB with the 0.58 GiB head, so ``MAIN_FACTOR``
+of weights at a time, the largest weights rounded a chunk at a time and handed to ONNX Runtime in place): 0.96 GiB with the 0.58 GiB head, so ``MAIN_FACTOR``
 times the largest segment.
 """
 

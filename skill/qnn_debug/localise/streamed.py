@@ -6,7 +6,8 @@ layer (rotary tables, input transpose), each block, the head — fed the values 
 their boundaries, so only boundary tensors (the 0.5 MB hidden state, cos/sin, the mask) outlive their
 segment; each group of blocks (sized by :mod:`.budget`) becomes one side-by-side stage whose model points
 into the original data file (no copy of the weights) and whose fp16 floor runs a few blocks' weights at a
-time, rounded inside ONNX Runtime (:func:`qnn_debug.onnx_graph.fp16_floor`). Each group (its stage, floor and
+time (small weights rounded inside ONNX Runtime, large ones such as the LM head rounded a chunk at a time and
+handed to the session in place: :func:`.stream_baseline.floor_model`). Each group (its stage, floor and
 simulator session) is one job of :mod:`.block_jobs`, run one after another or at the same time on every core or
 a cluster (:mod:`qnn_debug.parallel`). The bad block's inner tensors are recomputed from
 its boundary values when it is searched op by op.
@@ -221,8 +222,8 @@ def stage(work: Path, tag: str, target: LazyModel, reference: LazyModel, pieces:
     """One side-by-side stage: the target's pieces (weights left in the original file), their feeds, and the
     reference and fp16-floor values by new name (the floor run ``FLOOR_BATCH`` bytes of weights at a time)."""
     from ..inputs import save_npz
-    from ..onnx_graph import fp16_floor
     from ..targets.sim_lowering import lower_for_simulator
+    from .stream_baseline import floor_model
 
     model, maps = side_by_side(target.model, pieces, outs, shapes, tag="p", types=types)
     lowered = lower_for_simulator(model)  # the simulator refuses ReduceSumSquare; MNN's converter lowers it likewise
@@ -234,10 +235,14 @@ def stage(work: Path, tag: str, target: LazyModel, reference: LazyModel, pieces:
         ref_model, rmaps = side_by_side(reference.model, [ref_pieces[k] for k in batch], [outs[k] for k in batch],
                                         shapes, tag="p", types=types)
         ref_feeds = {i.name: np.asarray(values[i.name]) for i in ref_model.graph.input}
-        floor_model = fp16_floor(ref_model)  # its weights stay in the data file and are rounded in the graph
+        # small weights stay in the data file and are rounded in the graph; large ones (an LM head) are rounded here a
+        # chunk at a time and handed to the session in place: rounded in the graph and constant-folded, the 0.6 GB
+        # head of a 0.6B-width decoder held about six copies of itself (a 5 GiB job process)
+        floor_graph, rounded = floor_model(ref_model, reference.base)
         del ref_model
-        floor = run_cpu(floor_model, reference.base, ref_feeds, [o.name for o in floor_model.graph.output])
-        del floor_model
+        floor = run_cpu(floor_graph, reference.base, ref_feeds, [o.name for o in floor_graph.graph.output],
+                        optimize=False, initializers=rounded)
+        del floor_graph, rounded
         for k, rmp in zip(batch, rmaps, strict=True):
             for orig, new in maps[k].items():
                 reference_by_new[new] = np.asarray(values[orig])
