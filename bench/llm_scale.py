@@ -83,7 +83,7 @@ def child(args: argparse.Namespace) -> None:
         from qnn_debug.localise.blocks import BlockRequest, run_blocks
 
         r = run_blocks(BlockRequest(model=model, reference_model=reference, inputs=inputs, out=out, force=True,
-                                    inner=args.inner, max_memory=args.max_memory))
+                                    inner=args.inner, max_memory=args.max_memory, timeout=args.timeout))
         bad = r.first_failing_block
         t = r.timings
         inner_sim = _inner_simulator_s(Path(r.block_diagnosis), t) if r.block_diagnosis else 0.0
@@ -94,7 +94,8 @@ def child(args: argparse.Namespace) -> None:
     elif args.tool == "diagnose":
         from qnn_debug.diagnose import diagnose
 
-        d = diagnose(model, out, inputs=inputs, reference_model=reference, force=True, max_memory=args.max_memory)
+        d = diagnose(model, out, inputs=inputs, reference_model=reference, force=True, max_memory=args.max_memory,
+                     timeout=args.timeout)
         c = d.compare
         ff = c.first_failing if c is not None else None
         rng = (c.verdict.evidence.get("fp16_range") or {}) if c is not None else {}
@@ -117,7 +118,7 @@ def child(args: argparse.Namespace) -> None:
         from qnn_debug.localise.bisect import BisectRequest, run_bisect
 
         b = run_bisect(BisectRequest(model=model, reference_model=reference, inputs=inputs, out=out, force=True,
-                                     max_memory=args.max_memory))
+                                     max_memory=args.max_memory, timeout=args.timeout))
         op = b.first_failing.op if b.first_failing else None
         doc = {"timings": b.timings, "verdict": b.verdict, "op": op, "block": layer_of(op or ""),
                "range_op": b.fp16_range.op if b.fp16_range else None, "probes": len(b.probes),
@@ -254,6 +255,8 @@ def main() -> None:
     ap.add_argument("--faults", default="rotary,spike")
     ap.add_argument("--tools", default="blocks,diagnose,bisect", help="any of blocks, diagnose, bisect")
     ap.add_argument("--tool", choices=["blocks", "diagnose", "bisect"], help=argparse.SUPPRESS)
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="the tool's --timeout (full depth on a shared machine may need more)")
     ap.add_argument("--inner", choices=["diagnose", "bisect", "none"], default="diagnose",
                     help="localise-blocks' --inner (default diagnose, as the CLI; none: the block and op stages only)")
     ap.add_argument("--cache", type=Path, default=HERE / ".cache")

@@ -76,13 +76,15 @@ def build(cache: Path, vision_block: int, text_layer: int) -> dict[str, dict[str
     return out
 
 
-def run_case(built: dict[str, dict[str, Any]], graph: str, tool: str, out: Path, max_memory: int) -> dict[str, Any]:
+def run_case(built: dict[str, dict[str, Any]], graph: str, tool: str, out: Path, max_memory: int,
+             timeout: float) -> dict[str, Any]:
     faulty, clean = built[graph], built["clean"]
     layer = int(faulty["fault_layer"])
     name = f"{graph}-{tool}"
     cmd = [sys.executable, str(HERE / "llm_scale.py"), "--child", "--tool", tool,
            "--model", faulty[f"{graph}_onnx"], "--reference", clean[f"{graph}_onnx"],
-           "--inputs", faulty[f"{graph}_inputs"], "--out", str(out / name), "--max-memory", str(max_memory)]
+           "--inputs", faulty[f"{graph}_inputs"], "--out", str(out / name), "--max-memory", str(max_memory),
+           "--timeout", str(timeout)]
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with (out / f"{name}.stdout").open("w") as fo, (out / f"{name}.stderr").open("w") as fe, \
@@ -111,6 +113,7 @@ def main() -> None:
     ap.add_argument("--vision-fault-block", type=int, default=20)
     ap.add_argument("--text-fault-layer", type=int, default=26)
     ap.add_argument("--max-memory", type=int, default=4 * GIB)
+    ap.add_argument("--timeout", type=float, default=7200.0)
     ap.add_argument("--cache", type=Path, default=HERE / ".cache")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--json", action="store_true")
@@ -127,7 +130,7 @@ def main() -> None:
     cases = []
     for graph in [g for g in args.graphs.split(",") if g]:
         for tool in [t for t in args.tools.split(",") if t]:
-            cases.append(run_case(built, graph, tool, out, args.max_memory))
+            cases.append(run_case(built, graph, tool, out, args.max_memory, args.timeout))
             print(json.dumps({k: v for k, v in cases[-1].items() if k != "timings"}), file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps({"cases": cases}, indent=1))
