@@ -18,13 +18,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import MemoryBudgetError, MissingDependencyError, TargetError, WorkerLostError, error_from_dict
+from ..errors import (
+    MemoryBudgetError,
+    MissingDependencyError,
+    QnnDebugError,
+    TargetError,
+    WorkerLostError,
+    error_from_dict,
+)
 from ..progress import Progress
 from .jobs import Job, check_order, machine_cores, schedule
 from .store import open_store
 
 OBJECT_STORE_BYTES = 96 << 20  # jobs pass file paths and small JSON answers: the store only carries those
 POLL_S = 1.0
+KEEP_WAIT_S = 2.0  # how long a failing run waits for the jobs that finished with it, to keep them
 LOOPBACK = "127.0.0.1"
 CONNECT_S = 5.0
 _STATE: dict[str, Any] = {"key": None}
@@ -167,7 +175,11 @@ class RayExecutor:
                     ready, _ = ray.wait(list(refs), num_returns=1, timeout=POLL_S)
                     for ref in ready:
                         i = refs.pop(ref)
-                        out = self._get(ray, ref, jobs[i])
+                        try:
+                            out = self._get(ray, ref, jobs[i])
+                        except QnnDebugError:
+                            self._keep_done(ray, refs, jobs, kept_store, [by_key[k] for k in jobs[i].after if k in by_key])
+                            raise
                         if kept_store is not None:
                             kept_store.put(jobs[i], out)
                         results[i] = out
@@ -181,6 +193,19 @@ class RayExecutor:
             for ref in refs:
                 ray.cancel(ref, force=True)
         return [r for r in results if r is not None]
+
+    def _keep_done(self, ray: Any, refs: dict[Any, int], jobs: list[Job], store: Any, after: list[Any]) -> None:
+        """Before an error ends the run, every job that has finished is kept for the rerun. The failed job's
+        ``after`` jobs are done (it started on their answers), yet Ray may report its failure to us first."""
+        if store is None or not refs:
+            return
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=KEEP_WAIT_S)
+        for ref in dict.fromkeys([*(r for r in after if r in refs), *ready]):
+            i = refs.pop(ref)
+            try:
+                store.put(jobs[i], self._get(ray, ref, jobs[i]))
+            except QnnDebugError:
+                continue  # failed as well: nothing to keep
 
     def _get(self, ray: Any, ref: Any, job: Job) -> dict[str, Any]:
         from ray import exceptions as rx

@@ -19,7 +19,7 @@ import os
 import time
 from typing import Any
 
-from .sim_probe_worker import _run, _session, _signatures
+from .sim_probe_worker import _signatures, run_fed
 
 
 def _feeds(sources: dict[str, str]) -> dict[str, Any]:
@@ -60,15 +60,10 @@ class _Unit:
 
     def run(self, model: Any, names: list[str]) -> dict[str, Any]:
         t0 = time.monotonic()
-        wanted = {v.name for v in model.graph.input}
         try:  # a session that fails to build is simulator time too
-            info = _session(model, self.args, self.args.get("external_dir"))
-            got = dict(zip(names, _run(info.session, names, {k: v for k, v in self.feeds.items() if k in wanted}),
-                           strict=True))
-            del info
+            return run_fed(model, names, self.feeds, self.args)
         finally:
             self.sim_s += time.monotonic() - t0
-        return got
 
 
 def unmarked_unit(args: dict[str, Any]) -> dict[str, Any]:

@@ -77,6 +77,14 @@ def _run(session: Any, names: list[str], feeds: dict[str, Any]) -> list[Any]:
                           hint="run `qnn-debug dump` on the model to see the QNN backend messages") from None
 
 
+def run_fed(model: Any, names: list[str], values: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    """``names`` from one simulator session of ``model``, fed the entries of ``values`` it takes as inputs; the
+    session is gone when this returns (a piece at a time, so the worker holds one piece's QNN graph at most)."""
+    wanted = {v.name for v in model.graph.input}
+    info = _session(model, request, request.get("external_dir"))
+    return dict(zip(names, _run(info.session, names, {k: v for k, v in values.items() if k in wanted}), strict=True))
+
+
 def _bisect(request: dict[str, Any], progress: Progress) -> dict[str, Any]:
     import numpy as np
     import onnx
@@ -132,15 +140,10 @@ class _Chain:
 
     def run(self, model: Any, names: list[str]) -> dict[str, Any]:
         t0 = time.monotonic()
-        wanted = {v.name for v in model.graph.input}
         try:  # a session that fails to build is simulator time too
-            info = _session(model, self.request, self.request.get("external_dir"))
-            got = dict(zip(names, _run(info.session, names, {k: v for k, v in self.values.items() if k in wanted}),
-                           strict=True))
-            del info
+            return run_fed(model, names, self.values, self.request)
         finally:
             self.sim_s += time.monotonic() - t0
-        return got
 
     def through(self, k: int) -> None:
         """Every piece before ``k`` has run."""
