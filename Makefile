@@ -16,7 +16,7 @@ LLMEXPORT_VENV  := .venv-llmexport
 LLMEXPORT_REQS  := tests/requirements-llmexport.txt
 LLMEXPORT_STAMP := $(LLMEXPORT_VENV)/.setup-stamp
 
-.PHONY: setup setup-llmexport demo test lint typecheck layers bench clean
+.PHONY: setup setup-llmexport demo test test-heavy lint typecheck layers bench clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,10 @@ test: setup setup-llmexport
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
+
+# The heavy tier (tests/heavy_tests.txt): the long end-to-end runs make test leaves out; CI runs it after make test.
+test-heavy: setup setup-llmexport
+	$(PY) -m pytest -n 2 -m heavy $(PYTEST_ARGS)
 
 lint: setup
 	$(PY) -m ruff check skill server testkit tests bench

@@ -74,3 +74,20 @@ def torch_exports() -> Callable[[str, str, str], Path]:
             pytest.fail(f"torch export {kind}/{model}/{flavour} failed: {exc}", pytrace=False)
 
     return get
+
+
+HEAVY_LIST = REPO / "tests" / "heavy_tests.txt"
+
+
+def heavy_entries(path: Path = HEAVY_LIST) -> list[str]:
+    """The node ids (or their starts) of the heavy tier, from ``tests/heavy_tests.txt``."""
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+    return [s for s in (line.strip() for line in lines) if s and not s.startswith("#")]
+
+
+@pytest.hookimpl(tryfirst=True)  # before the -m selection reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    entries = tuple(heavy_entries())
+    for item in items:
+        if item.nodeid.startswith(entries):
+            item.add_marker(pytest.mark.heavy)
