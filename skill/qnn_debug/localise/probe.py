@@ -43,6 +43,37 @@ def summarise(index: int, position: int, op: str, op_type: str, tensors: list[Pr
                  worst=worst, bad_tensors=bad, seconds=round(seconds, 3))
 
 
+def excess(p: Probe | None) -> float:
+    """A probe's worst excess over the floor (0 when nothing was judged)."""
+    return (p.worst.excess_db or 0.0) if p is not None and p.worst is not None else 0.0
+
+
+def outputs_rule(outputs_ok_db: float) -> Callable[[Probe], bool]:
+    """A cut fails ``compare``'s output rule: bad, or beyond the floor by ``outputs_ok_db`` (degraded)."""
+    return lambda p: p.bad or excess(p) >= outputs_ok_db
+
+
+def crossed_late(final: Probe, before: Probe | None, outputs_ok_db: float | None) -> bool:
+    """Whether the cut the bad-tensor search named only crossed the jump line: the cut before it was already beyond
+    the outputs' rule, so the error was there before it. Seen at 1.7B width x 28 layers: a rotary broken in layer
+    26 left every later tensor 14.3 dB beyond the floor (degraded, under the 15 dB of ``bad``) and the logits at
+    15.1 dB, and the search named the head's last-token Slice, 0.8 dB past the residual before it."""
+    return final.bad and outputs_ok_db is not None and excess(before) >= outputs_ok_db
+
+
+def narrowest(path: list[Probe], upto: int, failing: Callable[[Probe], bool]) -> tuple[int, int]:
+    """The tightest (passing, failing) pair of cuts already on the search's path at or below ``upto`` (a failing
+    cut): where a second search under another rule starts without probing again what the path judged."""
+    good = max((p.index for p in path if p.index < upto and not failing(p)), default=-1)
+    bad = min((p.index for p in path if good < p.index <= upto and failing(p)), default=upto)
+    return good, bad
+
+
+def stepped(at: Probe | None, before: Probe | None, outputs_ok_db: float) -> bool:
+    """A cut found under the outputs' rule is named only where the excess steps up (by half that rule)."""
+    return excess(at) - excess(before) >= outputs_ok_db / 2
+
+
 def first_bad(count: int, probe: Callable[[int], Probe], outputs_ok_db: float | None = None,
               ) -> tuple[int | None, list[Probe]]:
     """Binary search for the first bad cut among ``count`` (about log2(count) + 1 probes).
@@ -53,7 +84,9 @@ def first_bad(count: int, probe: Callable[[int], Probe], outputs_ok_db: float | 
     after it 13-14 dB), under the 15 dB an intermediate tensor needs to be ``bad``, and the search never started.
     When only that output rule fails, a cut fails at ``outputs_ok_db`` too, and the cut found is named only if the
     excess steps up there (by at least half that, from the last good cut): a slow fp16 drift has no such step and
-    stays unnamed (precision). The graph inputs are taken as good (the target ran on the reference's inputs).
+    stays unnamed (precision). When the outputs are bad but the cut found had a degraded cut before it
+    (:func:`crossed_late`), the search goes on below it under the outputs' rule, and names the cut where that
+    error steps up, if there is one. The graph inputs are taken as good (the target ran on the reference's inputs).
     """
     if count <= 0:
         return None, []
@@ -64,21 +97,27 @@ def first_bad(count: int, probe: Callable[[int], Probe], outputs_ok_db: float | 
     if not final.bad and not off:
         return None, probes
 
-    def excess(p: Probe | None) -> float:
-        return (p.worst.excess_db or 0.0) if p is not None and p.worst is not None else 0.0
-
     def failing(p: Probe) -> bool:
         return p.bad or (not final.bad and outputs_ok_db is not None and excess(p) >= outputs_ok_db)
 
-    lo, hi = -1, count - 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        p = probe(mid)
-        probes.append(p)
-        lo, hi = (lo, mid) if failing(p) else (mid, hi)
+    def search(lo: int, hi: int, fails: Callable[[Probe], bool]) -> tuple[int, int]:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            p = probe(mid)
+            probes.append(p)
+            lo, hi = (lo, mid) if fails(p) else (mid, hi)
+        return lo, hi
+
+    def at(i: int) -> Probe | None:
+        return next((p for p in probes if p.index == i), None)
+
+    lo, hi = search(-1, count - 1, failing)
     if not final.bad and outputs_ok_db is not None:
-        at = next((p for p in probes if p.index == hi), None)
-        before = next((p for p in probes if p.index == lo), None)
-        if excess(at) - excess(before) < outputs_ok_db / 2:
+        if not stepped(at(hi), at(lo), outputs_ok_db):
             return None, probes  # outputs off without a step anywhere: nothing to name (precision)
+    elif outputs_ok_db is not None and crossed_late(final, at(lo), outputs_ok_db):
+        rule = outputs_rule(outputs_ok_db)
+        lo2, hi2 = search(*narrowest(probes, lo, rule), rule)
+        if stepped(at(hi2), at(lo2), outputs_ok_db):
+            return hi2, probes
     return hi, probes

@@ -22,12 +22,9 @@ import heapq
 from collections.abc import Callable
 
 from .models import Probe
+from .probe import crossed_late, excess, narrowest, outputs_rule, stepped
 
 RunRound = Callable[[list[int], int], list[Probe]]  # (cut indices, round number) -> their probes, in that order
-
-
-def excess(p: Probe | None) -> float:
-    return (p.worst.excess_db or 0.0) if p is not None and p.worst is not None else 0.0
 
 
 def failing_rule(final: Probe, outputs_ok_db: float | None) -> Callable[[Probe], bool]:
@@ -87,26 +84,36 @@ def first_bad_in_rounds(count: int, final: Probe, run_round: RunRound, outputs_o
         return None, [], 0
     if not searching(final, outputs_ok_db):
         return None, path, 0
-    failing = failing_rule(final, outputs_ok_db)
     results: dict[int, Probe] = {i: p for i, p in (free or {}).items() if 0 <= i < count}
     results[count - 1] = final
-    lo, hi = -1, count - 1
     rounds = 0
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if mid not in results:
-            picks = plan_round(lo, hi, {i: failing(p) for i, p in results.items()}, max(1, slots))
-            rounds += 1
-            got = run_round(picks, rounds)
-            results.update({p.index: p for p in got})
+
+    def search(lo: int, hi: int, failing: Callable[[Probe], bool]) -> tuple[int, int]:
+        nonlocal rounds
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
             if mid not in results:
-                raise RuntimeError(f"round {rounds} did not judge cut {mid}")
-        p = results[mid]
-        path.append(p)
-        lo, hi = (lo, mid) if failing(p) else (mid, hi)
+                picks = plan_round(lo, hi, {i: failing(p) for i, p in results.items()}, max(1, slots))
+                rounds += 1
+                got = run_round(picks, rounds)
+                results.update({p.index: p for p in got})
+                if mid not in results:
+                    raise RuntimeError(f"round {rounds} did not judge cut {mid}")
+            p = results[mid]
+            path.append(p)
+            lo, hi = (lo, mid) if failing(p) else (mid, hi)
+        return lo, hi
+
+    def at(i: int) -> Probe | None:
+        return next((p for p in path if p.index == i), None)
+
+    lo, hi = search(-1, count - 1, failing_rule(final, outputs_ok_db))
     if not final.bad and outputs_ok_db is not None:
-        at = next((p for p in path if p.index == hi), None)
-        before = next((p for p in path if p.index == lo), None)
-        if excess(at) - excess(before) < outputs_ok_db / 2:
+        if not stepped(at(hi), at(lo), outputs_ok_db):
             return None, path, rounds  # outputs off without a step anywhere: nothing to name (precision)
+    elif outputs_ok_db is not None and crossed_late(final, at(lo), outputs_ok_db):
+        rule = outputs_rule(outputs_ok_db)
+        lo2, hi2 = search(*narrowest(path, lo, rule), rule)
+        if stepped(at(hi2), at(lo2), outputs_ok_db):
+            return hi2, path, rounds
     return hi, path, rounds
