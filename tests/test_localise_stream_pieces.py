@@ -173,3 +173,39 @@ def test_the_streamed_baseline_equals_the_whole_model_baseline(tmp_path: Path, m
         assert [t.name for t in a.tensors] == [t.name for t in b.tensors]
         for t in a.tensors:
             np.testing.assert_allclose(b.array(t.name), a.array(t.name), rtol=1e-5, atol=1e-5, err_msg=t.name)
+
+
+
+def _sin_negated_between_layers(clean: str, dst: Path, layer: int) -> Path:
+    """A copy whose layer ``layer`` reads the rotary sin table through a new Neg placed between the layers (it
+    rotates backwards): the copy computes a tensor the original has not, as an op a converter or a user inserts."""
+    model = onnx.load(clean, load_external_data=False)
+    nodes = list(model.graph.node)
+    sin = "/rotary/Unsqueeze_1_output_0"
+    readers = [n for n in nodes if n.name.startswith(f"/layers.{layer}/") and sin in n.input]
+    assert readers
+    for n in readers:
+        n.input[list(n.input).index(sin)] = "/rotary_edit/Neg_output_0"
+    first = next(i for i, n in enumerate(nodes) if n.name.startswith(f"/layers.{layer}/"))
+    nodes.insert(first, helper.make_node("Neg", [sin], ["/rotary_edit/Neg_output_0"], name="/rotary_edit/Neg"))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    out = Path(clean).parent / dst
+    onnx.save(model, str(out))  # beside the clean copy: its initializers point into the same data file
+    return out
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_bisect_streams_a_copy_that_computes_a_tensor_the_original_lacks(tmp_path: Path, workers: int) -> None:
+    """The pieces' inputs take their shapes from the original's streamed baseline; a tensor only the edited copy
+    computes has none there and takes it from the copy (ONNX shape inference). Before: ``no shape for
+    '/rotary_edit/Neg_output_0', read by layer 1``; at Qwen3-VL-2B widths the same stop for the tensors a chunked
+    M-RoPE fault adds before layer 26."""
+    d = build_sized_decoder(tmp_path / "m", SMALL, seq=16)
+    bug = _sin_negated_between_layers(d.clean, Path("sin_negated.onnx"), 1)
+    budget = _piece_budget(d.clean, 16, SMALL.hidden)
+    r = api.execute("bisect", {"model": str(bug), "reference_model": d.clean, "inputs": d.inputs,
+                               "out": str(tmp_path / "b"), "max_memory": str(budget), "workers": workers})
+    assert r.timings.get("pieces", 0) >= 2 and r.timings.get("workers", 1) == workers  # the streamed path
+    assert r.verdict == "real_bug" and r.first_failing is not None
+    assert r.first_failing.op.startswith("/layers.1/self_attn/rotary_"), r.summary

@@ -169,6 +169,24 @@ def tensor_elem_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
+def static_shapes(model: onnx.ModelProto, names: set[str]) -> dict[str, tuple[list[int], int]]:
+    """(dims, ONNX element type) of ``names`` where ONNX shape inference fixes every dimension (best effort; the
+    weights need not be loaded: initializers keep their dims)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:
+        return {}
+    out: dict[str, tuple[list[int], int]] = {}
+    for v in [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]:
+        t = v.type.tensor_type
+        if v.name not in names or not v.type.HasField("tensor_type") or not t.elem_type or not t.HasField("shape"):
+            continue
+        dims = [int(d.dim_value) if d.HasField("dim_value") else -1 for d in t.shape.dim]
+        if all(d >= 0 for d in dims):
+            out[v.name] = (dims, int(t.elem_type))
+    return out
+
+
 def np_dtype_name(elem_type: int) -> str:
     return _ELEM_TO_NP.get(elem_type) or f"onnx:{elem_type}"
 

@@ -137,14 +137,22 @@ def save_pieces(lazy: LazyModel, chain: Chain, shapes: dict[str, tuple[list[int]
     """Each piece saved as ``<tag>NNN.onnx`` (initializers pointing into the original data file), lowered for the
     simulator (ReduceSumSquare → ReduceSum(Mul)); returns what a worker needs per piece, and the lowering notes
     under ``"lowered"`` of the first entry."""
+    from ..onnx_graph import static_shapes
     from ..targets.sim_lowering import lower_for_simulator
 
+    unknown = {i for piece in chain.pieces for i in piece.inputs if i not in shapes}
+    if unknown:
+        # an edited copy run against the original's baseline computes tensors the original has not (a fault's own
+        # ops between layers): their shapes come from the copy itself
+        shapes = {**shapes, **static_shapes(lazy.model, unknown)}
     out = []
     for k, piece in enumerate(chain.pieces):
         missing = [i for i in piece.inputs if i not in shapes]
         if missing:
-            raise BadInputError(f"no shape for {missing[0]!r}, read by {unit_name(piece)}",
-                                hint="the CPU reference must run before the pieces are cut")
+            raise BadInputError(f"no shape for {missing[0]!r}, read by {unit_name(piece)}: the reference's baseline "
+                                "has no such tensor and ONNX shape inference cannot fix its dimensions",
+                                hint="give the model's inputs static shapes (--shape NAME=DIMS) so that shape "
+                                     "inference can fix it")
         m = piece_model(lazy.model, piece, shapes)
         notes = lower_for_simulator(m) if lower else []
         path = work / f"{tag}{k:03d}.onnx"
