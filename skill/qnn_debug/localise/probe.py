@@ -53,12 +53,12 @@ def outputs_rule(outputs_ok_db: float) -> Callable[[Probe], bool]:
     return lambda p: p.bad or excess(p) >= outputs_ok_db
 
 
-def crossed_late(final: Probe, before: Probe | None, outputs_ok_db: float | None) -> bool:
+def crossed_late(final: Probe, before: Probe | None, outputs_ok_db: float) -> bool:
     """Whether the cut the bad-tensor search named only crossed the jump line: the cut before it was already beyond
     the outputs' rule, so the error was there before it. Seen at 1.7B width x 28 layers: a rotary broken in layer
     26 left every later tensor 14.3 dB beyond the floor (degraded, under the 15 dB of ``bad``) and the logits at
     15.1 dB, and the search named the head's last-token Slice, 0.8 dB past the residual before it."""
-    return final.bad and outputs_ok_db is not None and excess(before) >= outputs_ok_db
+    return final.bad and excess(before) >= outputs_ok_db
 
 
 def narrowest(path: list[Probe], upto: int, failing: Callable[[Probe], bool]) -> tuple[int, int]:
@@ -108,16 +108,28 @@ def first_bad(count: int, probe: Callable[[int], Probe], outputs_ok_db: float | 
             lo, hi = (lo, mid) if fails(p) else (mid, hi)
         return lo, hi
 
-    def at(i: int) -> Probe | None:
-        return next((p for p in probes if p.index == i), None)
-
     lo, hi = search(-1, count - 1, failing)
-    if not final.bad and outputs_ok_db is not None:
-        if not stepped(at(hi), at(lo), outputs_ok_db):
-            return None, probes  # outputs off without a step anywhere: nothing to name (precision)
-    elif outputs_ok_db is not None and crossed_late(final, at(lo), outputs_ok_db):
+    return conclude(final, probes, lo, hi, search, outputs_ok_db), probes
+
+
+Search = Callable[[int, int, Callable[[Probe], bool]], tuple[int, int]]  # (lo, hi, failing) -> (lo, hi) at the end
+
+
+def conclude(final: Probe, path: list[Probe], lo: int, hi: int, search: Search, outputs_ok_db: float | None,
+             ) -> int | None:
+    """The cut to name once the first search ended between ``lo`` and ``hi`` (``path``: its probes, which a second
+    ``search`` extends): see :func:`first_bad`. Shared by the serial search and the rounds (:mod:`.rounds`)."""
+
+    def at(i: int) -> Probe | None:
+        return next((p for p in path if p.index == i), None)
+
+    if outputs_ok_db is None:
+        return hi
+    if not final.bad:  # outputs off without a step anywhere: nothing to name (precision)
+        return hi if stepped(at(hi), at(lo), outputs_ok_db) else None
+    if crossed_late(final, at(lo), outputs_ok_db):
         rule = outputs_rule(outputs_ok_db)
-        lo2, hi2 = search(*narrowest(probes, lo, rule), rule)
+        lo2, hi2 = search(*narrowest(path, lo, rule), rule)
         if stepped(at(hi2), at(lo2), outputs_ok_db):
-            return hi2, probes
-    return hi, probes
+            return hi2
+    return hi

@@ -22,7 +22,7 @@ import heapq
 from collections.abc import Callable
 
 from .models import Probe
-from .probe import crossed_late, excess, narrowest, outputs_rule, stepped
+from .probe import conclude, excess
 
 RunRound = Callable[[list[int], int], list[Probe]]  # (cut indices, round number) -> their probes, in that order
 
@@ -104,16 +104,6 @@ def first_bad_in_rounds(count: int, final: Probe, run_round: RunRound, outputs_o
             lo, hi = (lo, mid) if failing(p) else (mid, hi)
         return lo, hi
 
-    def at(i: int) -> Probe | None:
-        return next((p for p in path if p.index == i), None)
-
     lo, hi = search(-1, count - 1, failing_rule(final, outputs_ok_db))
-    if not final.bad and outputs_ok_db is not None:
-        if not stepped(at(hi), at(lo), outputs_ok_db):
-            return None, path, rounds  # outputs off without a step anywhere: nothing to name (precision)
-    elif outputs_ok_db is not None and crossed_late(final, at(lo), outputs_ok_db):
-        rule = outputs_rule(outputs_ok_db)
-        lo2, hi2 = search(*narrowest(path, lo, rule), rule)
-        if stepped(at(hi2), at(lo2), outputs_ok_db):
-            return hi2, path, rounds
-    return hi, path, rounds
+    first = conclude(final, path, lo, hi, search, outputs_ok_db)
+    return first, path, rounds
