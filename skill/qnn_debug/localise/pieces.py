@@ -151,8 +151,8 @@ def save_pieces(lazy: LazyModel, chain: Chain, shapes: dict[str, tuple[list[int]
         if missing:
             raise BadInputError(f"no shape for {missing[0]!r}, read by {unit_name(piece)}: the reference's baseline "
                                 "has no such tensor and ONNX shape inference cannot fix its dimensions",
-                                hint="give the model's inputs static shapes (--shape NAME=DIMS) so that shape "
-                                     "inference can fix it")
+                                hint="raise --max-memory, if the machine has it, so that the whole model runs in "
+                                     "one simulator session and no pieces are cut")
         m = piece_model(lazy.model, piece, shapes)
         notes = lower_for_simulator(m) if lower else []
         path = work / f"{tag}{k:03d}.onnx"
