@@ -53,6 +53,19 @@ def outputs_rule(outputs_ok_db: float) -> Callable[[Probe], bool]:
     return lambda p: p.bad or excess(p) >= outputs_ok_db
 
 
+def searching(final: Probe, outputs_ok_db: float | None) -> bool:
+    """Whether the last cut (the final outputs) calls for a search at all: bad, or off by the outputs' rule."""
+    return final.bad or (outputs_ok_db is not None and final.worst is not None and final.worst.excess_db is not None
+                         and final.worst.excess_db >= outputs_ok_db)
+
+
+def failing_rule(final: Probe, outputs_ok_db: float | None) -> Callable[[Probe], bool]:
+    """The first search's rule: bad, or (when only the outputs' rule failed) at ``outputs_ok_db`` too."""
+    if final.bad or outputs_ok_db is None:
+        return lambda p: p.bad
+    return outputs_rule(outputs_ok_db)
+
+
 def crossed_late(final: Probe, before: Probe | None, outputs_ok_db: float) -> bool:
     """Whether the cut the bad-tensor search named only crossed the jump line: the cut before it was already beyond
     the outputs' rule, so the error was there before it. Seen at 1.7B width x 28 layers: a rotary broken in layer
@@ -92,13 +105,8 @@ def first_bad(count: int, probe: Callable[[int], Probe], outputs_ok_db: float | 
         return None, []
     probes = [probe(count - 1)]
     final = probes[0]
-    off = (outputs_ok_db is not None and final.worst is not None and final.worst.excess_db is not None
-           and final.worst.excess_db >= outputs_ok_db)
-    if not final.bad and not off:
+    if not searching(final, outputs_ok_db):
         return None, probes
-
-    def failing(p: Probe) -> bool:
-        return p.bad or (not final.bad and outputs_ok_db is not None and excess(p) >= outputs_ok_db)
 
     def search(lo: int, hi: int, fails: Callable[[Probe], bool]) -> tuple[int, int]:
         while hi - lo > 1:
@@ -108,7 +116,7 @@ def first_bad(count: int, probe: Callable[[int], Probe], outputs_ok_db: float | 
             lo, hi = (lo, mid) if fails(p) else (mid, hi)
         return lo, hi
 
-    lo, hi = search(-1, count - 1, failing)
+    lo, hi = search(-1, count - 1, failing_rule(final, outputs_ok_db))
     return conclude(final, probes, lo, hi, search, outputs_ok_db), probes
 
 

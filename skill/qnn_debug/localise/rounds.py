@@ -22,25 +22,9 @@ import heapq
 from collections.abc import Callable
 
 from .models import Probe
-from .probe import conclude, excess
+from .probe import conclude, failing_rule, searching
 
 RunRound = Callable[[list[int], int], list[Probe]]  # (cut indices, round number) -> their probes, in that order
-
-
-def failing_rule(final: Probe, outputs_ok_db: float | None) -> Callable[[Probe], bool]:
-    """:func:`.probe.first_bad`'s rule: bad, or (when only the outputs' rule failed) at ``outputs_ok_db`` too."""
-
-    def failing(p: Probe) -> bool:
-        return p.bad or (not final.bad and outputs_ok_db is not None and excess(p) >= outputs_ok_db)
-
-    return failing
-
-
-def searching(final: Probe, outputs_ok_db: float | None) -> bool:
-    """Whether the last cut (the final outputs) calls for a search at all."""
-    off = (outputs_ok_db is not None and final.worst is not None and final.worst.excess_db is not None
-           and final.worst.excess_db >= outputs_ok_db)
-    return final.bad or off
 
 
 def plan_round(lo: int, hi: int, known: dict[int, bool], slots: int) -> list[int]:
