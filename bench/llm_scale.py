@@ -77,7 +77,8 @@ def child(args: argparse.Namespace) -> None:
     from qnn_debug.localise.cut import layer_of
 
     t0 = time.perf_counter()
-    model, reference, inputs, out = Path(args.model), Path(args.reference), Path(args.inputs), Path(args.out)
+    model, reference, inputs = _prepared(Path(args.model), Path(args.reference), Path(args.inputs))
+    out = Path(args.out)
     doc: dict[str, Any]
     if args.tool == "blocks":
         from qnn_debug.localise.blocks import BlockRequest, run_blocks
@@ -125,6 +126,16 @@ def child(args: argparse.Namespace) -> None:
                "simulator_s": float(b.timings.get("htp_sim_pieces_s", 0.0))}
     doc["wall_s"] = time.perf_counter() - t0
     print(json.dumps(doc))
+
+
+def _prepared(model: Path, reference: Path, inputs: Path) -> tuple[Path, Path, Path]:
+    """What the CLI runs for these arguments (its one preparation step, e.g. a decoder's ``logits_index`` folded to
+    the value fed); the engine calls below are the CLI's without its printing."""
+    from qnn_debug.llm.onnx_export import prepare_model
+
+    p = prepare_model(model, inputs=str(inputs))
+    r = prepare_model(reference, inputs=str(inputs))
+    return Path(p.model), Path(r.model), Path(p.inputs or inputs)
 
 
 def _inner_simulator_s(out: Path, timings: dict[str, float]) -> float:

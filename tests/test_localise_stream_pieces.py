@@ -209,3 +209,23 @@ def test_bisect_streams_a_copy_that_computes_a_tensor_the_original_lacks(tmp_pat
     assert r.timings.get("pieces", 0) >= 2 and r.timings.get("workers", 1) == workers  # the streamed path
     assert r.verdict == "real_bug" and r.first_failing is not None
     assert r.first_failing.op.startswith("/layers.1/self_attn/rotary_"), r.summary
+
+
+def test_the_hidden_state_of_a_vl_decoder_is_its_embeddings_not_the_stacked_deepstack(real_exports, tmp_path: Path) -> None:
+    """Units are sized by what flows between layers; a VL decoder's largest input is ``deepstack_embeds`` (three
+    hidden states, added to three layers), which made every unit of Qwen3-VL-2B's decoder look 1.2 GiB heavier.
+    Checked on llmexport's real Qwen3-VL decoder (inputs as the runtime builds them) and on the VL export builder's."""
+    from qnn_debug.llm.onnx_export import prepare_model
+    from qnn_debug.localise.stream_baseline import hidden_bytes
+    from qnn_debug_testkit import real_faults as F
+    from qnn_debug_testkit.vl import VLExportRequest, build_vl_export
+
+    real = F.copy_export(real_exports("qwen3_vl", "a", "onnx"), tmp_path / "real")
+    made = prepare_model(real / "onnx" / "llm.onnx")
+    built = Path(build_vl_export(tmp_path / "built", VLExportRequest(mnn=False)).dir) / "onnx" / "llm_inputs.npz"
+    for path in (made.inputs, built):
+        feeds = dict(np.load(str(path)))
+        assert feeds["deepstack_embeds"].nbytes > feeds["input_ids"].nbytes  # the largest input is not the stream
+        assert hidden_bytes(feeds) == feeds["input_ids"].nbytes
+    vision = dict(np.load(str(Path(built).with_name("visual_inputs.npz"))))
+    assert hidden_bytes(vision) == max(v.nbytes for v in vision.values())  # no embeddings input: the largest

@@ -20,3 +20,4 @@ class DiagnoseResult(BaseModel):
     timings: dict[str, float] = Field(default_factory=dict)
     method: str = "full_dump"  # full_dump | chunked_dump | bisect: what produced the verdict
     fallback: FallbackReport | None = None  # why the full dump was not used, and what was done instead
+    warnings: list[str] = Field(default_factory=list)  # what the preparation step changed (e.g. a folded input)

@@ -77,6 +77,12 @@ class MemoryBudgetError(BadInputError):
     kind = "memory_budget"
 
 
+class DiskSpaceError(BadInputError):
+    """The run folder would not fit the free space of its disk; ``details`` has the numbers (bytes)."""
+
+    kind = "disk_space"
+
+
 NODEPS_REQUIREMENTS = Path(__file__).resolve().parent / "data" / "nodeps_requirements.txt"
 
 
@@ -136,5 +142,5 @@ def error_from_dict(doc: dict[str, Any]) -> QnnDebugError:
 ERROR_CLASSES: dict[str, type[QnnDebugError]] = {
     cls.__name__: cls
     for cls in (QnnDebugError, BadInputError, TargetError, UnsupportedOnTargetError, DeviceError,
-                MissingDependencyError, MemoryBudgetError, WorkerLostError)
+                MissingDependencyError, MemoryBudgetError, DiskSpaceError, WorkerLostError)
 }

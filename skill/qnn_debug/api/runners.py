@@ -69,7 +69,7 @@ def _prepared(model: str | Path, request: rq.Request, reference: str | Path | No
         # prepared alike (the same user inputs or none, so the same inputs folded); it is fed the model's inputs
         r = prepare_model(reference, shapes=shapes, inputs=inputs, seed=seed, image=image)
         ref = r.model
-    return p.model, ref, p.shapes or shapes, inputs or p.inputs, p.notes
+    return p.model, ref, p.shapes or shapes, p.inputs or inputs, p.notes  # p.inputs: built, or the user's without a folded input
 
 
 def triage(request: rq.TriageRequest, progress: Progress) -> TriageResult:
@@ -102,6 +102,7 @@ def baseline(request: rq.BaselineRequest, progress: Progress) -> BaselineResult:
     from ..baseline import run_baseline
 
     model, _, shapes, inputs, _notes = _prepared(request.model, request)
+    _check_disk(out_dir(request, request.out), "baseline", model, shapes, inputs)
     return run_baseline(model, out_dir(request, request.out), inputs=inputs, shapes=shapes or None,
                         seed=request.seed, force=request.force, progress=progress, mnn_gate=request.mnn_gate,
                         mnn_model=request.mnn_model)
@@ -113,6 +114,7 @@ def dump(request: rq.DumpRequest, progress: Progress) -> DumpResult:
 
     options = _target_options(request)
     model, _, shapes, inputs, notes = _prepared(request.model, request)
+    _check_disk(out_dir(request, request.out), "dump", model, shapes, inputs)
     result = run_dump(targets.DumpRequest(
         model=Path(model), out=out_dir(request, request.out), target=request.target,
         precision=request.precision, soc_model=request.soc, htp_arch=request.arch,
@@ -143,13 +145,16 @@ def diagnose(request: rq.DiagnoseRequest, progress: Progress) -> DiagnoseResult:
     from ..diagnose import diagnose as run_diagnose
 
     options = _target_options(request)
-    model, reference, shapes, inputs, _notes = _prepared(request.model, request, request.reference_model)
-    return run_diagnose(model, out_dir(request, request.out), inputs=inputs, shapes=shapes or None,
-                        target=request.target, precision=request.precision, soc_model=request.soc,
-                        htp_arch=request.arch, seed=request.seed, force=request.force, mnn_gate=request.mnn_gate,
-                        target_options=options, timeout=request.timeout, mnn_model=request.mnn_model,
-                        reference_model=reference, max_memory=_bytes(request.max_memory),
-                        workers=request.workers, cluster=request.cluster, progress=progress)
+    model, reference, shapes, inputs, notes = _prepared(request.model, request, request.reference_model)
+    _check_disk(out_dir(request, request.out), "diagnose", model, shapes, inputs)
+    result = run_diagnose(model, out_dir(request, request.out), inputs=inputs, shapes=shapes or None,
+                          target=request.target, precision=request.precision, soc_model=request.soc,
+                          htp_arch=request.arch, seed=request.seed, force=request.force, mnn_gate=request.mnn_gate,
+                          target_options=options, timeout=request.timeout, mnn_model=request.mnn_model,
+                          reference_model=reference, max_memory=_bytes(request.max_memory),
+                          workers=request.workers, cluster=request.cluster, progress=progress)
+    result.warnings[:0] = notes
+    return result
 
 
 def bisect(request: rq.BisectRequest, progress: Progress) -> BisectResult:
@@ -157,6 +162,8 @@ def bisect(request: rq.BisectRequest, progress: Progress) -> BisectResult:
 
     options = _target_options(request)
     model, reference, shapes, inputs, notes = _prepared(request.model, request, request.reference_model)
+    if not request.baseline:  # the baseline is most of what bisect writes
+        _check_disk(out_dir(request, request.out), "bisect", model, shapes, inputs)
     result = engine.run_bisect(engine.BisectRequest(
         model=Path(model), out=out_dir(request, request.out), target=request.target,
         reference_model=reference, baseline=request.baseline, inputs=request.inputs if request.baseline else inputs,
@@ -165,6 +172,14 @@ def bisect(request: rq.BisectRequest, progress: Progress) -> BisectResult:
         max_memory=_bytes(request.max_memory), workers=request.workers, cluster=request.cluster), progress)
     result.warnings[:0] = notes
     return result
+
+
+def _check_disk(out: Path, tool: str, model: str, shapes: dict[str, list[int]], inputs: str | None) -> None:
+    """Refuse a run whose tensors cannot fit the disk of ``out`` before it starts (:mod:`qnn_debug.disk_room`)."""
+    if str(model).endswith(".onnx"):
+        from ..disk_room import check_disk_room
+
+        check_disk_room(out, tool, model, shapes or None, inputs)
 
 
 def _bytes(size: str | None) -> int | None:

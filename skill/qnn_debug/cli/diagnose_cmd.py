@@ -17,6 +17,8 @@ def human(result: Any, request: Any) -> None:
         typer.echo(f"baseline: {result.baseline_sentence}")
     if result.inputs_note:
         typer.echo(f"inputs: {result.inputs_note}")
+    for w in result.warnings:
+        typer.echo(f"note: {w}")
     if result.fallback is not None:
         typer.echo(f"the full dump was not used: {result.fallback.full_dump_not_used}")
         for attempt in result.fallback.attempts:

@@ -16,8 +16,13 @@
   for VL, deepstack features at its tokens), ``logits_index -1``; the vision encoder's five inputs as
   :mod:`.vl_feeds` builds them.
 
-Any other graph (also an LLM graph exported with fixed shapes and no custom ops) passes through untouched (one
-cheap look at its inputs and op domains).
+A decoder's ``logits_index`` input always becomes the constant it is fed (``-1``, the prefill's last token, unless
+``--inputs`` holds another value), also in a graph exported with fixed shapes: the head's Slice starts there, and
+QNN refuses a Slice whose start is a graph input together with everything after it. The user's inputs are then
+read through a copy without that array (``<graph>.inputs-<digest>.npz`` beside the graph).
+
+Any other graph (also an LLM graph exported with fixed shapes and no custom ops or ``logits_index``) passes through
+untouched (one cheap look at its inputs and op domains).
 """
 
 from __future__ import annotations
@@ -36,8 +41,9 @@ from ..errors import BadInputError
 CHUNK = 128  # generate_llm_qnn.py's default --chunk_size
 IMAGE_SIZE = (512, 512)  # generate_llm_qnn.py's default --image_sizes
 PREPARED_SUFFIX = ".qnn-debug.onnx"
-PREFILL_SUFFIX = ".prefill.qnn-debug.onnx"  # logits_index folded to the prefill's -1 (the tool built the inputs)
-LOWERING_VERSION = "5"  # part of the prepared graph's key: a change here rewrites it
+PREFILL_SUFFIX = ".prefill.qnn-debug.onnx"  # logits_index folded to the constant it is fed
+LOWERING_VERSION = "6"  # part of the prepared graph's key: a change here rewrites it
+FOLDED_KEY = "qnn_debug.logits_index"  # the value logits_index was folded to (part of the prepared graph's key)
 DECODER_INPUTS = {"input_ids", "attention_mask", "position_ids"}
 VISION_INPUTS = {"patches", "position_ids", "attention_mask", "idx_tensor", "weight_tensor"}
 MAX_PEEK_BYTES = 512 << 20  # graphs larger than this (weights inline) are not llmexport graphs: not parsed twice
@@ -81,12 +87,35 @@ def _kind(dims: dict[str, list[int | None]]) -> Literal["decoder", "vision", "ot
     return "other"
 
 
-def _npz_names(inputs: str) -> set[str]:
-    """The array names of an ``.npz`` (every name of the graph for a test dir: it is fed as it is)."""
-    if not str(inputs).endswith(".npz") or not Path(inputs).is_file():
-        return {"logits_index"}
-    with fs.open_read(inputs, what="--inputs") as f, np.load(f, allow_pickle=False) as z:
-        return set(z.files)
+def _is_npz(inputs: str | None) -> bool:
+    return inputs is not None and str(inputs).endswith(".npz") and Path(inputs).is_file()
+
+
+def _fed_index(inputs: str | None) -> np.ndarray | None:
+    """The ``logits_index`` an ``--inputs`` .npz feeds, if it holds one (a one-element integer array)."""
+    if not _is_npz(inputs):
+        return None
+    with fs.open_read(str(inputs), what="--inputs") as f, np.load(f, allow_pickle=False) as z:
+        if "logits_index" not in z.files:
+            return None
+        value = np.asarray(z["logits_index"])
+    if value.size != 1 or value.dtype.kind not in "iu":
+        raise BadInputError(f"logits_index in {Path(str(inputs)).name} is {value.dtype} {list(value.shape)}; the "
+                            "runtime feeds one integer (the token whose logits it wants, -1 for the last)",
+                            hint="save logits_index as np.asarray([-1], np.int32) in the .npz")
+    return value.reshape(1)
+
+
+def _fold_value(kind: str, dims: dict[str, list[int | None]], shapes: dict[str, list[int]],
+                inputs: str | None) -> np.ndarray | None:
+    """The value ``logits_index`` is folded to, or None when it stays an input (not a decoder's, a shape asked for
+    it with ``--shape``, or a test dir feeds every input as it is)."""
+    if kind != "decoder" or "logits_index" not in dims or "logits_index" in shapes:
+        return None
+    if inputs is not None and not _is_npz(inputs):
+        return None
+    fed = _fed_index(inputs)
+    return fed if fed is not None else np.asarray([-1], np.int32)
 
 
 def _seq_from(kind: str, shapes: dict[str, list[int]], inputs: str | None) -> int | None:
@@ -118,9 +147,10 @@ def prepare_model(model: str | Path, *, shapes: dict[str, list[int]] | None = No
 
     custom = custom_nodes(graph)
     dynamic = any(d is None for v in dims.values() for d in v)
-    if not custom and (kind == "other" or not dynamic):  # a graph made for fixed shapes is the user's to feed
-        return PreparedModel(model=str(model))
     shapes = dict(shapes or {})
+    fold = _fold_value(kind, dims, shapes, inputs)
+    if not custom and fold is None and (kind == "other" or not dynamic):
+        return PreparedModel(model=str(model))  # a graph made for fixed shapes is the user's to feed
     cfg = _llm_config(root)
     seq = _seq_from(kind, shapes, inputs)
     if kind == "vision":
@@ -128,14 +158,15 @@ def prepare_model(model: str | Path, *, shapes: dict[str, list[int]] | None = No
     seq = seq or CHUNK
     notes: list[str] = []
     run_path = path
-    fold = (kind == "decoder" and "logits_index" in dims and "logits_index" not in shapes
-            and (inputs is None or "logits_index" not in _npz_names(inputs)))  # e.g. a baseline's inputs.npz
-    if custom or fold or (kind == "decoder" and "deepstack_embeds" in dims):
-        run_path, notes = _standard_graph(path, graph, cfg, seq, kind, fold)
-        if fold:
-            dims.pop("logits_index")
-    if kind == "other":
-        return PreparedModel(model=str(run_path), notes=notes)
+    if custom or fold is not None or (kind == "decoder" and "deepstack_embeds" in dims and dynamic):
+        run_path, notes = _standard_graph(path, graph, cfg, seq, kind, fold, dynamic)
+    fed_inputs = None
+    if fold is not None:
+        dims.pop("logits_index")
+        if _fed_index(inputs) is not None:
+            fed_inputs = _inputs_without_index(str(inputs), run_path)
+    if kind == "other" or not dynamic:  # fixed shapes: the user's inputs (or seeded ones) as they are
+        return PreparedModel(model=str(run_path), inputs=fed_inputs, notes=notes)
     hidden = _hidden(dims, cfg)
     want = _shapes(kind, dims, seq, hidden)
     for name, shape in want.items():
@@ -150,7 +181,25 @@ def prepare_model(model: str | Path, *, shapes: dict[str, list[int]] | None = No
                             feeds))
         notes.append(f"inputs built as MNN's runtime builds them ({seq} tokens; {Path(made).name})")
     return PreparedModel(model=str(run_path), kind=kind, shapes={k: v for k, v in shapes.items() if k in dims},
-                         inputs=made, notes=notes)
+                         inputs=made or fed_inputs, notes=notes)
+
+
+def _inputs_without_index(inputs: str, run_path: Path) -> str:
+    """The user's ``--inputs`` without ``logits_index`` (folded into the graph), beside the graph run; keyed by the
+    file's bytes so a changed .npz is copied again."""
+    from ..inputs import save_npz
+
+    h = hashlib.sha256()
+    with fs.open_read(inputs, what="--inputs") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+        f.seek(0)
+        with np.load(f, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files if k != "logits_index"}
+    out = run_path.parent / f"{run_path.name.removesuffix('.onnx')}.inputs-{h.hexdigest()[:12]}.npz"
+    if not out.is_file():
+        save_npz(out, arrays)
+    return str(out)
 
 
 def prepared_path(model: str | None) -> str | None:
@@ -166,14 +215,17 @@ def prepared_path(model: str | None) -> str | None:
     return model
 
 
-def _current(out: Path, path: Path) -> bool:
-    """Whether ``out`` was written from ``path`` as it is now."""
+def _current(out: Path, path: Path, folded: str | None = None) -> bool:
+    """Whether ``out`` was written from ``path`` as it is now (and, when ``folded`` is given, with that
+    ``logits_index``)."""
     if out.is_file() and path.is_file():
         from ..onnx_graph import load_onnx
 
-        digest = _digest(path)
-        return any(p.key == "qnn_debug.source_sha256" and p.value == digest
-                   for p in load_onnx(out, load_external_data=False).metadata_props)
+        want = {"qnn_debug.source_sha256": _digest(path)}
+        if folded is not None:
+            want[FOLDED_KEY] = folded
+        props = {p.key: p.value for p in load_onnx(out, load_external_data=False).metadata_props}
+        return all(props.get(k) == v for k, v in want.items())
     return False
 
 
@@ -210,27 +262,32 @@ def _digest(path: Path) -> str:
 
 
 def _standard_graph(path: Path, graph: Any, cfg: dict[str, Any], seq: int, kind: str,
-                    fold: bool) -> tuple[Path, list[str]]:
-    """The graph in standard ONNX beside the original (reused while the original is unchanged)."""
+                    fold: np.ndarray | None, dynamic: bool) -> tuple[Path, list[str]]:
+    """The graph in standard ONNX beside the original (reused while the original and the folded value are
+    unchanged)."""
     from .custom_ops import lower_custom_ops
 
-    out = path.with_name(path.name.removesuffix(".onnx") + (PREFILL_SUFFIX if fold else PREPARED_SUFFIX))
-    if _current(out, path):
+    out = path.with_name(path.name.removesuffix(".onnx") + (PREFILL_SUFFIX if fold is not None else PREPARED_SUFFIX))
+    folded = None if fold is None else str(int(fold.reshape(-1)[0]))
+    if _current(out, path, folded):
         return out, [f"{path.name} read through {out.name} (standard ONNX, written earlier from the same graph)"]
     digest = _digest(path)
     scale = cfg.get("attn_scale")
     notes = lower_custom_ops(graph, str(path), float(scale) if isinstance(scale, int | float) else None, seq)
-    if kind == "decoder":
+    if kind == "decoder" and dynamic:
         notes += _dynamic_deepstack(graph)
-    if fold:
-        notes += _fold_logits_index(graph)
+    if fold is not None:
+        notes += _fold_logits_index(graph, fold)
     _constants_as_initializers(graph)
     _fold_small_constants(graph)
-    meta = [p for p in graph.metadata_props if p.key != "qnn_debug.source_sha256"]
+    meta = [p for p in graph.metadata_props if p.key not in ("qnn_debug.source_sha256", FOLDED_KEY)]
     del graph.metadata_props[:]
     graph.metadata_props.extend(meta)
     entry = graph.metadata_props.add()
     entry.key, entry.value = "qnn_debug.source_sha256", digest
+    if folded is not None:
+        entry = graph.metadata_props.add()
+        entry.key, entry.value = FOLDED_KEY, folded
     try:
         fs.atomic_write_bytes(out, graph.SerializeToString(), what="standard-ONNX copy of the graph")
     except BadInputError as e:
@@ -296,17 +353,22 @@ def _fold_small_constants(graph: Any) -> None:
     graph.graph.node.extend(kept)
 
 
-def _fold_logits_index(graph: Any) -> list[str]:
-    """``logits_index`` as the constant -1 of a prefill (the last token's logits, as the runtime asks): a Slice whose
-    start is a graph input has a data-dependent shape, which QNN refuses with everything after it."""
-    from onnx import numpy_helper
+def _fold_logits_index(graph: Any, value: np.ndarray) -> list[str]:
+    """``logits_index`` as the constant it is fed (-1 in a prefill: the last token's logits, as the runtime asks): a
+    Slice whose start is a graph input has a data-dependent shape, which QNN refuses with everything after it."""
+    from onnx import helper, numpy_helper
 
+    declared = next(i for i in graph.graph.input if i.name == "logits_index")
+    elem = declared.type.tensor_type.elem_type or onnx.TensorProto.INT32
     kept = [i for i in graph.graph.input if i.name != "logits_index"]
     del graph.graph.input[:]
     graph.graph.input.extend(kept)
-    graph.graph.initializer.append(numpy_helper.from_array(np.asarray([-1], np.int32), "logits_index"))
-    return ["logits_index fixed to -1 (the prefill's last token, as the runtime asks) so the logits Slice has a "
-            "constant start QNN accepts; feed it yourself with an --inputs .npz that holds logits_index"]
+    const = np.asarray(value).reshape(1).astype(helper.tensor_dtype_to_np_dtype(elem))
+    graph.graph.initializer.append(numpy_helper.from_array(const, "logits_index"))
+    v = int(const[0])
+    said = "the prefill's last token, as the runtime asks" if v == -1 else "the value your --inputs feed"
+    return [f"logits_index fixed to {v} ({said}) so the logits Slice has a constant start QNN accepts (QNN refuses "
+            "a Slice that starts at a graph input, with everything after it)"]
 
 
 def _dynamic_deepstack(graph: Any) -> list[str]:

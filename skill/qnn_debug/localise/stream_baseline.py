@@ -39,8 +39,17 @@ class Streamed:
     shapes: dict[str, tuple[list[int], int]]
 
 
+HIDDEN_INPUTS = ("input_ids", "inputs_embeds")  # llmexport feeds the embeddings as input_ids [seq, 1, hidden]
+
+
 def hidden_bytes(feeds: dict[str, np.ndarray]) -> int:
-    """The largest graph input: an LLM's hidden state (``[seq, 1, hidden]`` embeddings), what flows between layers."""
+    """The bytes of what flows between layers: an LLM's float embeddings input when it has one, else the largest
+    graph input. Not the largest input of a VL decoder: ``deepstack_embeds`` stacks three hidden states and is
+    added to three layers only (taking it sized every unit of Qwen3-VL-2B's decoder 1.2 GiB too large at 291 tokens)."""
+    for name in HIDDEN_INPUTS:
+        value = feeds.get(name)
+        if value is not None and np.asarray(value).dtype.kind == "f":
+            return int(np.asarray(value).nbytes)
     return max((np.asarray(v).nbytes for v in feeds.values()), default=0)
 
 
