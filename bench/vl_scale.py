@@ -12,8 +12,11 @@ after every deepstack block) and ``mrope_chunked`` in decoder layer ``--text-fau
 Each case runs in a fresh child process (``bench/llm_scale.py --child``), the engine at its defaults (on a machine
 with more than one core the block jobs fan out), ``--max-memory`` per process.
 
+Each run folder is measured (bytes written, against the disk check's estimate: ``qnn_debug.disk_room``) and
+removed after its case (``--keep-runs`` keeps them); a case whose estimate exceeds the free disk is not started.
+
 Run: ``python bench/vl_scale.py [--graphs visual,llm] [--tools blocks,diagnose,bisect] [--max-memory BYTES]
-[--json]``. It takes tens of minutes per case on two cores.
+[--keep-runs] [--json]``. It takes tens of minutes per case on two cores.
 """
 
 from __future__ import annotations
@@ -76,11 +79,38 @@ def build(cache: Path, vision_block: int, text_layer: int) -> dict[str, dict[str
     return out
 
 
+def _disk(tool: str, model: str, inputs: str, folder: Path) -> tuple[int, int] | None:
+    """(bytes the disk check estimates for this tool's run folder, bytes free), or None for a tool it does not
+    check (localise-blocks)."""
+    from qnn_debug.disk_room import COPIES, disk_need
+    from qnn_debug.llm.onnx_export import prepare_model
+
+    if tool not in COPIES:
+        return None
+    p = prepare_model(model, inputs=inputs)  # the graph and inputs the tool runs
+    need = disk_need(folder, tool, p.model, p.shapes, p.inputs or inputs)
+    return need.tensors * need.copies, need.free
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+
+
 def run_case(built: dict[str, dict[str, Any]], graph: str, tool: str, out: Path, max_memory: int,
-             timeout: float) -> dict[str, Any]:
+             timeout: float, keep: bool) -> dict[str, Any]:
+    """One tool's run in a child; its run folder measured against the disk check's estimate, then removed (a
+    full-depth run folder is tens of GB) unless ``keep``."""
+    import shutil
+
     faulty, clean = built[graph], built["clean"]
     layer = int(faulty["fault_layer"])
     name = f"{graph}-{tool}"
+    if (out / name).exists():
+        shutil.rmtree(out / name)
+    disk = _disk(tool, faulty[f"{graph}_onnx"], faulty[f"{graph}_inputs"], out)
+    if disk is not None and disk[0] > disk[1]:
+        return {"graph": graph, "tool": tool, "right": False,
+                "error": f"not run: its folder takes about {disk[0] / 1e9:.1f} GB, {disk[1] / 1e9:.1f} GB free"}
     cmd = [sys.executable, str(HERE / "llm_scale.py"), "--child", "--tool", tool,
            "--model", faulty[f"{graph}_onnx"], "--reference", clean[f"{graph}_onnx"],
            "--inputs", faulty[f"{graph}_inputs"], "--out", str(out / name), "--max-memory", str(max_memory),
@@ -90,6 +120,9 @@ def run_case(built: dict[str, dict[str, Any]], graph: str, tool: str, out: Path,
     with (out / f"{name}.stdout").open("w") as fo, (out / f"{name}.stderr").open("w") as fe, \
             subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True) as proc:
         peaks = watch_peaks(proc)
+    written = _folder_bytes(out / name) if (out / name).exists() else 0
+    if not keep and (out / name).exists():
+        shutil.rmtree(out / name)
     if proc.returncode:
         return {"graph": graph, "tool": tool, "right": False, "error": (out / f"{name}.stderr").read_text()[-2000:]}
     doc = json.loads((out / f"{name}.stdout").read_text().strip().splitlines()[-1])
@@ -103,6 +136,8 @@ def run_case(built: dict[str, dict[str, Any]], graph: str, tool: str, out: Path,
             "simulator_s": round(sim, 1), "overhead_ratio": round((doc["wall_s"] - sim) / sim, 3) if sim else None,
             "main_rss_gib": round(main_rss / GIB, 2), "worker_rss_gib": round(worker_rss / GIB, 2),
             "within_rss_target": max(main_rss, worker_rss) <= RSS_TARGET, "workers": doc["timings"].get("workers"),
+            "disk_gb": round(written / 1e9, 2), "disk_estimate_gb": None if disk is None else round(disk[0] / 1e9, 2),
+            "disk_estimate_ratio": None if disk is None or not written else round(disk[0] / written, 2),
             "timings": doc["timings"]}
 
 
@@ -117,6 +152,7 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=HERE / ".cache")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keep-runs", action="store_true", help="keep each run folder (tens of GB at full depth)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     built = build(args.cache, args.vision_fault_block, args.text_fault_layer)
@@ -130,7 +166,7 @@ def main() -> None:
     cases = []
     for graph in [g for g in args.graphs.split(",") if g]:
         for tool in [t for t in args.tools.split(",") if t]:
-            cases.append(run_case(built, graph, tool, out, args.max_memory, args.timeout))
+            cases.append(run_case(built, graph, tool, out, args.max_memory, args.timeout, args.keep_runs))
             print(json.dumps({k: v for k, v in cases[-1].items() if k != "timings"}), file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps({"cases": cases}, indent=1))
@@ -141,7 +177,8 @@ def main() -> None:
             continue
         print(f"{c['graph']:<7} {c['tool']:<8} {'right' if c['right'] else 'WRONG'} block {c['block']} op {c['op']} "
               f"({c['verdict']}); wall {c['wall_s']} s, simulator {c['simulator_s']} s (overhead {c['overhead_ratio']}x), "
-              f"peak RSS main {c['main_rss_gib']} / workers {c['worker_rss_gib']} GiB")
+              f"peak RSS main {c['main_rss_gib']} / workers {c['worker_rss_gib']} GiB; run folder {c['disk_gb']} GB "
+              f"(disk check's estimate {c['disk_estimate_gb']} GB, {c['disk_estimate_ratio']}x)")
 
 
 if __name__ == "__main__":

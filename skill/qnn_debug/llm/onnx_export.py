@@ -270,7 +270,8 @@ def _standard_graph(path: Path, graph: Any, cfg: dict[str, Any], seq: int, kind:
     out = path.with_name(path.name.removesuffix(".onnx") + (PREFILL_SUFFIX if fold is not None else PREPARED_SUFFIX))
     folded = None if fold is None else str(int(fold.reshape(-1)[0]))
     if _current(out, path, folded):
-        return out, [f"{path.name} read through {out.name} (standard ONNX, written earlier from the same graph)"]
+        also = "" if folded is None else f", logits_index fixed to {folded}"
+        return out, [f"{path.name} read through {out.name} (standard ONNX, written earlier from the same graph{also})"]
     digest = _digest(path)
     scale = cfg.get("attn_scale")
     notes = lower_custom_ops(graph, str(path), float(scale) if isinstance(scale, int | float) else None, seq)
