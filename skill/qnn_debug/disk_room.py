@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
+from . import fs
 from .errors import DiskSpaceError
 
 GB = 1_000_000_000
@@ -49,7 +50,7 @@ def computed_bytes(model: str | os.PathLike[str], shapes: dict[str, list[int]] |
     from .inputs import fix_input_shapes
     from .onnx_graph import load_onnx, static_shapes
 
-    if Path(model).stat().st_size > MAX_PARSE_BYTES:
+    if fs.size(model, what="model file") > MAX_PARSE_BYTES:
         return 0  # weights inline: not parsed a second time only to count (the check then lets the run go)
     graph = load_onnx(model, load_external_data=False)
     fixed = dict(shapes or {})
@@ -84,7 +85,7 @@ def _npz_shapes(path: Path) -> dict[str, list[int]]:
 
     out: dict[str, list[int]] = {}
     try:
-        with zipfile.ZipFile(path) as z:
+        with fs.open_read(path, what="--inputs") as raw, zipfile.ZipFile(raw) as z:
             for member in z.namelist():
                 if not member.endswith(".npy"):
                     continue
@@ -156,7 +157,7 @@ def _folder_bytes(path: Path) -> int:
 def disk_need(out: str | os.PathLike[str], tool: str, model: str | os.PathLike[str],
               shapes: dict[str, list[int]] | None = None, inputs: str | os.PathLike[str] | None = None) -> DiskNeed:
     """What ``tool`` will write into ``out`` for ``model`` against the free space of the disk ``out`` is on."""
-    target = Path(out)
+    target = fs.check(out, what="output folder", must_exist=False)  # inside the allowed roots
     return DiskNeed(tensors=computed_bytes(model, shapes, inputs), copies=COPIES[tool], already=_folder_bytes(target),
                     free=shutil.disk_usage(_existing(target.resolve())).free)
 
