@@ -213,7 +213,7 @@ def test_bisect_streams_a_copy_that_computes_a_tensor_the_original_lacks(tmp_pat
 
 def test_the_hidden_state_of_a_vl_decoder_is_its_embeddings_not_the_stacked_deepstack(real_exports, tmp_path: Path) -> None:
     """Units are sized by what flows between layers; a VL decoder's largest input is ``deepstack_embeds`` (three
-    hidden states, added to three layers), which made every unit of Qwen3-VL-2B's decoder look 1.2 GiB heavier.
+    hidden states, added to three layers), which made every unit of Qwen3-VL-2B's decoder look 1.1 GiB heavier.
     Checked on llmexport's real Qwen3-VL decoder (inputs as the runtime builds them) and on the VL export builder's."""
     from qnn_debug.llm.onnx_export import prepare_model
     from qnn_debug.localise.stream_baseline import hidden_bytes

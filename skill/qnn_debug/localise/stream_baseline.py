@@ -45,7 +45,7 @@ HIDDEN_INPUTS = ("input_ids", "inputs_embeds")  # llmexport feeds the embeddings
 def hidden_bytes(feeds: dict[str, np.ndarray]) -> int:
     """The bytes of what flows between layers: an LLM's float embeddings input when it has one, else the largest
     graph input. Not the largest input of a VL decoder: ``deepstack_embeds`` stacks three hidden states and is
-    added to three layers only (taking it sized every unit of Qwen3-VL-2B's decoder 1.2 GiB too large at 291 tokens)."""
+    added to three layers only (taking it sized every unit of Qwen3-VL-2B's decoder 1.1 GiB too large at 291 tokens)."""
     for name in HIDDEN_INPUTS:
         value = feeds.get(name)
         if value is not None and np.asarray(value).dtype.kind == "f":
