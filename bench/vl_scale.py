@@ -92,10 +92,6 @@ def _disk(tool: str, model: str, inputs: str, folder: Path) -> tuple[int, int] |
     return need.tensors * need.copies, need.free
 
 
-def _folder_bytes(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
-
-
 def run_case(built: dict[str, dict[str, Any]], graph: str, tool: str, out: Path, max_memory: int,
              timeout: float, keep: bool) -> dict[str, Any]:
     """One tool's run in a child; its run folder measured against the disk check's estimate, then removed (a
@@ -120,7 +116,9 @@ def run_case(built: dict[str, dict[str, Any]], graph: str, tool: str, out: Path,
     with (out / f"{name}.stdout").open("w") as fo, (out / f"{name}.stderr").open("w") as fe, \
             subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True) as proc:
         peaks = watch_peaks(proc)
-    written = _folder_bytes(out / name) if (out / name).exists() else 0
+    from qnn_debug.disk_room import folder_bytes
+
+    written = folder_bytes(out / name)
     if not keep and (out / name).exists():
         shutil.rmtree(out / name)
     if proc.returncode:

@@ -30,7 +30,7 @@ COPIES = {"baseline": 2, "dump": 1, "diagnose": 3, "bisect": 2}
 class DiskNeed(BaseModel):
     """What a run will write and what the disk of its folder has (bytes)."""
 
-    tensors: int  # bytes of the tensors the model computes, once
+    tensors: int  # bytes of the tensors a baseline captures, once
     copies: int
     already: int  # what the run folder holds already (a resumed run reuses it)
     free: int
@@ -42,7 +42,8 @@ class DiskNeed(BaseModel):
 
 def computed_bytes(model: str | os.PathLike[str], shapes: dict[str, list[int]] | None = None,
                    inputs: str | os.PathLike[str] | None = None) -> int:
-    """Bytes of every tensor ``model``'s nodes compute at the given input shapes (from ``shapes``, else from the
+    """Bytes of every tensor a baseline of ``model`` captures (its inputs and float node outputs, as
+    ``capture_plan`` names them) at the given input shapes (from ``shapes``, else from the
     ``inputs`` .npz, else as declared); tensors whose shape inference cannot fix count 0 (a lower bound), and so
     does a graph file with its weights inline above 512 MiB."""
     from onnx import helper
@@ -64,7 +65,9 @@ def computed_bytes(model: str | os.PathLike[str], shapes: dict[str, list[int]] |
             graph = fix_input_shapes(graph, fixed)
         except Exception:  # shapes that do not fit the model: the tool's own check of them says how (typed)
             return 0
-    names = _computed_names(graph)
+    from .targets.onnx_capture import capture_plan
+
+    names = {t.name for t in capture_plan(graph)}  # what a baseline keeps (and a dump writes)
     shapes_of = static_shapes(graph, names)
     if len(shapes_of) < len(names):  # e.g. a Slice whose ends ONNX's inference cannot compute
         shapes_of.update(_symbolic_shapes(graph, names - set(shapes_of)))
@@ -79,60 +82,29 @@ def computed_bytes(model: str | os.PathLike[str], shapes: dict[str, list[int]] |
 
 
 def _npz_shapes(path: Path) -> dict[str, list[int]]:
-    """The array shapes an .npz declares, read from the .npy headers alone (no array decompressed); {} for a file
-    that cannot be read that way: the tool's own reading of the inputs then says what is wrong with it."""
-    import zipfile
+    """The array shapes an .npz declares, from the .npy headers alone (``npz_safe.check_npz``: no array
+    decompressed); {} for a file it refuses: the tool's own reading of the inputs then says what is wrong with it."""
+    from .errors import BadInputError
+    from .npz_safe import check_npz
 
-    out: dict[str, list[int]] = {}
     try:
-        with fs.open_read(path, what="--inputs") as raw, zipfile.ZipFile(raw) as z:
-            for member in z.namelist():
-                if not member.endswith(".npy"):
-                    continue
-                with z.open(member) as f:
-                    version = np.lib.format.read_magic(f)
-                    if version == (1, 0):
-                        shape, _, _ = np.lib.format.read_array_header_1_0(f)
-                    else:
-                        shape, _, _ = np.lib.format.read_array_header_2_0(f)
-                out[member.removesuffix(".npy")] = [int(d) for d in shape]
-    except Exception:  # corrupt, not a zip, odd headers: validated (with a clear error) where the inputs are read
+        return {name: list(info.shape) for name, info in check_npz(path).items()}
+    except BadInputError:
         return {}
-    return out
 
 
 def _symbolic_shapes(graph: Any, names: set[str]) -> dict[str, tuple[list[int], int]]:
     """ONNX Runtime's symbolic shape inference for what ONNX's own left open (best effort: {} when it fails). On
     llmexport's decoder ONNX fixes under half the tensors (the rotary Slices stop it), this one all of them."""
+    from .onnx_graph import fixed_shapes
+
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
         inferred = SymbolicShapeInference.infer_shapes(graph, auto_merge=True, guess_output_rank=True)
     except Exception:  # its own failures on graphs it does not know: the estimate stays a lower bound
         return {}
-    out: dict[str, tuple[list[int], int]] = {}
-    for v in [*inferred.graph.value_info, *inferred.graph.output]:
-        t = v.type.tensor_type
-        if v.name not in names or not t.elem_type or not t.HasField("shape"):
-            continue
-        dims = [int(d.dim_value) if d.HasField("dim_value") else -1 for d in t.shape.dim]
-        if all(d >= 0 for d in dims):
-            out[v.name] = (dims, int(t.elem_type))
-    return out
-
-
-def _computed_names(graph: Any) -> set[str]:
-    """Outputs of nodes that read the inputs, directly or not: what a run keeps (a value computed from constants
-    alone, like a weight a Constant node holds, is not a tensor of the run)."""
-    const = {t.name for t in graph.graph.initializer}
-    out: set[str] = set()
-    for n in graph.graph.node:  # in topological order, as ONNX requires
-        ins = [i for i in n.input if i]
-        if all(i in const for i in ins):
-            const.update(o for o in n.output if o)
-        else:
-            out.update(o for o in n.output if o)
-    return out
+    return fixed_shapes(inferred, names)
 
 
 def _existing(path: Path) -> Path:
@@ -141,7 +113,8 @@ def _existing(path: Path) -> Path:
     return path
 
 
-def _folder_bytes(path: Path) -> int:
+def folder_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (0 when it is not a folder)."""
     if not path.is_dir():
         return 0
     total = 0
@@ -158,8 +131,8 @@ def disk_need(out: str | os.PathLike[str], tool: str, model: str | os.PathLike[s
               shapes: dict[str, list[int]] | None = None, inputs: str | os.PathLike[str] | None = None) -> DiskNeed:
     """What ``tool`` will write into ``out`` for ``model`` against the free space of the disk ``out`` is on."""
     target = fs.check(out, what="output folder", must_exist=False)  # inside the allowed roots
-    return DiskNeed(tensors=computed_bytes(model, shapes, inputs), copies=COPIES[tool], already=_folder_bytes(target),
-                    free=shutil.disk_usage(_existing(target.resolve())).free)
+    return DiskNeed(tensors=computed_bytes(model, shapes, inputs), copies=COPIES[tool], already=folder_bytes(target),
+                    free=shutil.disk_usage(_existing(target)).free)
 
 
 def check_disk_room(out: str | os.PathLike[str], tool: str, model: str | os.PathLike[str],

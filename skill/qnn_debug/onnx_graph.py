@@ -176,6 +176,12 @@ def static_shapes(model: onnx.ModelProto, names: set[str]) -> dict[str, tuple[li
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception:
         return {}
+    return fixed_shapes(inferred, names)
+
+
+def fixed_shapes(inferred: onnx.ModelProto, names: set[str]) -> dict[str, tuple[list[int], int]]:
+    """(dims, ONNX element type) of ``names`` whose every dimension a shape inference already wrote into
+    ``inferred`` (its value_info, outputs and inputs)."""
     out: dict[str, tuple[list[int], int]] = {}
     for v in [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]:
         t = v.type.tensor_type

@@ -102,8 +102,9 @@ def baseline(request: rq.BaselineRequest, progress: Progress) -> BaselineResult:
     from ..baseline import run_baseline
 
     model, _, shapes, inputs, _notes = _prepared(request.model, request)
-    _check_disk(out_dir(request, request.out), "baseline", model, shapes, inputs)
-    return run_baseline(model, out_dir(request, request.out), inputs=inputs, shapes=shapes or None,
+    out = out_dir(request, request.out)
+    _check_disk(out, "baseline", model, shapes, inputs)
+    return run_baseline(model, out, inputs=inputs, shapes=shapes or None,
                         seed=request.seed, force=request.force, progress=progress, mnn_gate=request.mnn_gate,
                         mnn_model=request.mnn_model)
 
@@ -114,9 +115,10 @@ def dump(request: rq.DumpRequest, progress: Progress) -> DumpResult:
 
     options = _target_options(request)
     model, _, shapes, inputs, notes = _prepared(request.model, request)
-    _check_disk(out_dir(request, request.out), "dump", model, shapes, inputs)
+    out = out_dir(request, request.out)
+    _check_disk(out, "dump", model, shapes, inputs)
     result = run_dump(targets.DumpRequest(
-        model=Path(model), out=out_dir(request, request.out), target=request.target,
+        model=Path(model), out=out, target=request.target,
         precision=request.precision, soc_model=request.soc, htp_arch=request.arch,
         inputs=Path(inputs) if inputs else None, shapes=shapes, seed=request.seed,
         force=request.force, timeout=request.timeout, options=options), progress)
@@ -146,8 +148,9 @@ def diagnose(request: rq.DiagnoseRequest, progress: Progress) -> DiagnoseResult:
 
     options = _target_options(request)
     model, reference, shapes, inputs, notes = _prepared(request.model, request, request.reference_model)
-    _check_disk(out_dir(request, request.out), "diagnose", model, shapes, inputs)
-    result = run_diagnose(model, out_dir(request, request.out), inputs=inputs, shapes=shapes or None,
+    out = out_dir(request, request.out)
+    _check_disk(out, "diagnose", model, shapes, inputs)
+    result = run_diagnose(model, out, inputs=inputs, shapes=shapes or None,
                           target=request.target, precision=request.precision, soc_model=request.soc,
                           htp_arch=request.arch, seed=request.seed, force=request.force, mnn_gate=request.mnn_gate,
                           target_options=options, timeout=request.timeout, mnn_model=request.mnn_model,
@@ -162,10 +165,11 @@ def bisect(request: rq.BisectRequest, progress: Progress) -> BisectResult:
 
     options = _target_options(request)
     model, reference, shapes, inputs, notes = _prepared(request.model, request, request.reference_model)
+    out = out_dir(request, request.out)
     if not request.baseline:  # the baseline is most of what bisect writes
-        _check_disk(out_dir(request, request.out), "bisect", model, shapes, inputs)
+        _check_disk(out, "bisect", model, shapes, inputs)
     result = engine.run_bisect(engine.BisectRequest(
-        model=Path(model), out=out_dir(request, request.out), target=request.target,
+        model=Path(model), out=out, target=request.target,
         reference_model=reference, baseline=request.baseline, inputs=request.inputs if request.baseline else inputs,
         shapes=shapes, seed=request.seed, soc_model=request.soc, htp_arch=request.arch, options=options,
         opencl=request.opencl, mnn_gate=request.mnn_gate, force=request.force, timeout=request.timeout,

@@ -92,10 +92,13 @@ def _is_npz(inputs: str | None) -> bool:
 
 
 def _fed_index(inputs: str | None) -> np.ndarray | None:
-    """The ``logits_index`` an ``--inputs`` .npz feeds, if it holds one (a one-element integer array)."""
+    """The ``logits_index`` an ``--inputs`` .npz feeds, if it holds one (a one-element integer array); the archive
+    is checked by :mod:`..npz_safe` first and only that member is read."""
     if not _is_npz(inputs):
         return None
-    with fs.open_read(str(inputs), what="--inputs") as f, np.load(f, allow_pickle=False) as z:
+    from ..npz_safe import open_npz
+
+    with open_npz(str(inputs)) as z:
         if "logits_index" not in z.files:
             return None
         value = np.asarray(z["logits_index"])
@@ -107,14 +110,13 @@ def _fed_index(inputs: str | None) -> np.ndarray | None:
 
 
 def _fold_value(kind: str, dims: dict[str, list[int | None]], shapes: dict[str, list[int]],
-                inputs: str | None) -> np.ndarray | None:
-    """The value ``logits_index`` is folded to, or None when it stays an input (not a decoder's, a shape asked for
-    it with ``--shape``, or a test dir feeds every input as it is)."""
+                inputs: str | None, fed: np.ndarray | None) -> np.ndarray | None:
+    """The value ``logits_index`` is folded to (``fed``: what ``inputs`` holds), or None when it stays an input (not
+    a decoder's, a shape asked for it with ``--shape``, or a test dir feeds every input as it is)."""
     if kind != "decoder" or "logits_index" not in dims or "logits_index" in shapes:
         return None
     if inputs is not None and not _is_npz(inputs):
         return None
-    fed = _fed_index(inputs)
     return fed if fed is not None else np.asarray([-1], np.int32)
 
 
@@ -122,7 +124,7 @@ def _seq_from(kind: str, shapes: dict[str, list[int]], inputs: str | None) -> in
     key = "patches" if kind == "vision" else "input_ids"
     if shapes.get(key):
         return int(shapes[key][0])
-    if inputs is not None and str(inputs).endswith(".npz") and Path(inputs).is_file():
+    if inputs is not None and _is_npz(inputs):
         with fs.open_read(inputs, what="--inputs") as f, np.load(f, allow_pickle=False) as z:
             if key in z.files:
                 return int(z[key].shape[0])
@@ -148,7 +150,8 @@ def prepare_model(model: str | Path, *, shapes: dict[str, list[int]] | None = No
     custom = custom_nodes(graph)
     dynamic = any(d is None for v in dims.values() for d in v)
     shapes = dict(shapes or {})
-    fold = _fold_value(kind, dims, shapes, inputs)
+    fed = _fed_index(inputs) if kind == "decoder" and "logits_index" in dims else None
+    fold = _fold_value(kind, dims, shapes, inputs, fed)
     if not custom and fold is None and (kind == "other" or not dynamic):
         return PreparedModel(model=str(model))  # a graph made for fixed shapes is the user's to feed
     cfg = _llm_config(root)
@@ -163,7 +166,7 @@ def prepare_model(model: str | Path, *, shapes: dict[str, list[int]] | None = No
     fed_inputs = None
     if fold is not None:
         dims.pop("logits_index")
-        if _fed_index(inputs) is not None:
+        if fed is not None:
             fed_inputs = _inputs_without_index(str(inputs), run_path)
     if kind == "other" or not dynamic:  # fixed shapes: the user's inputs (or seeded ones) as they are
         return PreparedModel(model=str(run_path), inputs=fed_inputs, notes=notes)
@@ -188,17 +191,12 @@ def _inputs_without_index(inputs: str, run_path: Path) -> str:
     """The user's ``--inputs`` without ``logits_index`` (folded into the graph), beside the graph run; keyed by the
     file's bytes so a changed .npz is copied again."""
     from ..inputs import save_npz
+    from ..npz_safe import load_npz
 
-    h = hashlib.sha256()
-    with fs.open_read(inputs, what="--inputs") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-        f.seek(0)
-        with np.load(f, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files if k != "logits_index"}
-    out = run_path.parent / f"{run_path.name.removesuffix('.onnx')}.inputs-{h.hexdigest()[:12]}.npz"
+    key = _digest(Path(inputs), what="--inputs")[:12]
+    out = run_path.parent / f"{run_path.name.removesuffix('.onnx')}.inputs-{key}.npz"
     if not out.is_file():
-        save_npz(out, arrays)
+        save_npz(out, {k: v for k, v in load_npz(inputs).items() if k != "logits_index"})
     return str(out)
 
 
@@ -253,9 +251,9 @@ def _shapes(kind: str, dims: dict[str, list[int | None]], seq: int, hidden: int)
     return out
 
 
-def _digest(path: Path) -> str:
+def _digest(path: Path, what: str = "model file") -> str:
     h = hashlib.sha256(LOWERING_VERSION.encode())
-    with fs.open_read(path, what="model file") as f:
+    with fs.open_read(path, what=what) as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
